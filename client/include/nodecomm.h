@@ -1,0 +1,163 @@
+/* libnodecomm: the C API of the nodecomm client library.
+ *
+ * A training process calls nc_init() to attach to its node's nodecommd, allocates buffers
+ * from the shared-memory arena with nc_alloc(), posts collectives that return requests, and
+ * completes them with nc_test() or nc_wait(). It never calls MPI; the daemon does.
+ *
+ * Conventions
+ *  - Every function returns an nc_status_t. NC_OK is 0. On any other value,
+ *    nc_last_error() returns a message for the calling thread that names what went wrong
+ *    (operation, rank, sequence number, what was expected).
+ *  - Thread safety: a context may be used from several threads at once; calls on one context
+ *    serialize on an internal lock, which is never held while a thread sleeps in nc_wait().
+ *    nc_init() and nc_finalize() must not race with other calls on the same context.
+ *  - Ownership: the library owns the context and requests; buffers from nc_alloc() belong
+ *    to the context and are released by nc_free() or nc_finalize().
+ *
+ * Environment (read by nc_init when the options leave a field at zero/NULL):
+ *   NODECOMM_RUNTIME_DIR   directory of the daemon's socket; overrides NODECOMM_INSTANCE
+ *   NODECOMM_INSTANCE      daemon instance name under the default runtime base ("default")
+ *   NODECOMM_JOB           job name; all ranks of one job use the same name ("default")
+ *   NODECOMM_LOCAL_RANK    this process's rank among the job's ranks on this node (required)
+ *   NODECOMM_LOCAL_SIZE    number of the job's ranks on this node (required)
+ *   NODECOMM_ARENA_BYTES   arena size to request, with optional K/M/G suffix (64M)
+ *   NODECOMM_TIMEOUT_SEC   how long nc_init waits for the job to form and nc_wait for a
+ *                          result before returning NC_ERR_TIMEOUT (300; 0 = forever)
+ */
+#ifndef NODECOMM_H
+#define NODECOMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NODECOMM_VERSION_MAJOR 0
+#define NODECOMM_VERSION_MINOR 1
+
+/* Status codes. The values equal nodecomm::proto::Status. */
+typedef enum nc_status {
+  NC_OK = 0,
+  NC_ERR_INVALID_ARGUMENT = 1, /* an argument is outside its domain */
+  NC_ERR_OUT_OF_RANGE = 2,     /* a buffer lies outside the arena */
+  NC_ERR_UNSUPPORTED = 3,      /* valid, but not implemented for this dtype/op/collective */
+  NC_ERR_MISMATCH = 4,         /* ranks of a communicator posted different operations */
+  NC_ERR_PEER_LOST = 5,        /* a member rank or a remote node disappeared */
+  NC_ERR_DAEMON_LOST = 6,      /* this node's nodecommd disappeared */
+  NC_ERR_TIMEOUT = 7,
+  NC_ERR_QUEUE_FULL = 8, /* too many operations in flight for this client */
+  NC_ERR_NO_MEMORY = 9,  /* the arena (or the daemon) has no room */
+  NC_ERR_NOT_INITIALIZED = 10,
+  NC_ERR_PROTOCOL = 11, /* the daemon and the library disagree on the protocol */
+  NC_ERR_PERMISSION = 12,
+  NC_ERR_INTERNAL = 13,
+  NC_IN_PROGRESS = 14 /* nc_test: the request has not completed yet */
+} nc_status_t;
+
+/* Element types. f16 and bf16 are accumulated in f32 and rounded once. */
+typedef enum nc_dtype {
+  NC_F32 = 0,
+  NC_F64 = 1,
+  NC_I32 = 2,
+  NC_I64 = 3,
+  NC_F16 = 4,  /* IEEE 754 binary16 */
+  NC_BF16 = 5, /* bfloat16 */
+  NC_I8 = 6,
+  NC_U8 = 7
+} nc_dtype_t;
+
+/* Reduction operations. Integer sums and products wrap modulo 2^bits. */
+typedef enum nc_redop { NC_SUM = 0, NC_PROD = 1, NC_MIN = 2, NC_MAX = 3, NC_AVG = 4 } nc_redop_t;
+
+typedef struct nc_context nc_context_t; /* opaque */
+typedef uint64_t nc_request_t;          /* 0 is never a valid request */
+typedef uint32_t nc_comm_t;
+#define NC_COMM_WORLD ((nc_comm_t)0)
+
+/* Options for nc_init. Zero-initialise, set what you need; zero/NULL fields fall back to the
+ * environment and then to the defaults listed above. */
+typedef struct nc_init_options {
+  const char* runtime_dir;
+  const char* instance;
+  const char* job;
+  int32_t local_rank; /* -1: from the environment */
+  int32_t local_size; /* -1 or 0: from the environment */
+  uint64_t arena_bytes;
+  double timeout_sec; /* 0: NODECOMM_TIMEOUT_SEC or 300 */
+} nc_init_options_t;
+
+/* Per-operation attributes; pass NULL for the defaults. */
+typedef struct nc_op_attr {
+  int32_t priority;  /* reserved for scheduling; 0 */
+  const char* name;  /* tensor name shown in diagnostics; may be NULL; copied */
+} nc_op_attr_t;
+
+/* Fills `opts` with the "use the environment" values (local_rank = -1, the rest zero). */
+void nc_init_options_default(nc_init_options_t* opts);
+
+/* Attaches to the node's daemon, maps the shared segment and waits until every rank of the
+ * job on every node has attached, so world rank and size are known. `opts` may be NULL.
+ * On success *ctx is a new context, released by nc_finalize. */
+nc_status_t nc_init(const nc_init_options_t* opts, nc_context_t** ctx);
+
+/* Detaches from the daemon and releases the context, its arena and its requests. Requests
+ * still in flight are abandoned. Safe to call with NULL. */
+nc_status_t nc_finalize(nc_context_t* ctx);
+
+int nc_world_rank(const nc_context_t* ctx);
+int nc_world_size(const nc_context_t* ctx);
+int nc_node_index(const nc_context_t* ctx);
+int nc_node_count(const nc_context_t* ctx);
+int nc_local_rank(const nc_context_t* ctx);
+int nc_local_size(const nc_context_t* ctx);
+
+/* Allocates `bytes` (aligned to 64 bytes, or 4096 for bytes >= 64 KiB) from the shared arena.
+ * Buffers from here are the zero-copy path: the daemon reads and writes them in place.
+ * NC_ERR_NO_MEMORY if the arena has no free block that large. */
+nc_status_t nc_alloc(nc_context_t* ctx, size_t bytes, void** ptr);
+/* Returns a buffer to the arena. NC_ERR_INVALID_ARGUMENT if `ptr` did not come from nc_alloc. */
+nc_status_t nc_free(nc_context_t* ctx, void* ptr);
+/* Bytes of the arena and how many are free. */
+nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64_t* free_bytes);
+
+/* Posts an allreduce of `count` elements on `comm`: every rank's `recv` gets the reduction of
+ * all ranks' `send`. send == recv means in place. Buffers outside the arena are accepted and
+ * copied through a temporary arena block (the caller must keep them alive and unchanged until
+ * the request completes). On NC_OK *req identifies the operation; complete it with nc_test
+ * or nc_wait. Every rank of `comm` must post the same collectives in the same order with the
+ * same count, dtype and op. */
+nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
+                         nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm,
+                         const nc_op_attr_t* attr, nc_request_t* req);
+
+/* Non-blocking completion check. NC_IN_PROGRESS while running; otherwise the operation's
+ * final status, and the request is released (testing it again gives
+ * NC_ERR_INVALID_ARGUMENT). */
+nc_status_t nc_test(nc_context_t* ctx, nc_request_t req);
+
+/* Blocks until the request completes (spin, then yield, then sleep on a futex) and returns its
+ * status, releasing the request. NC_ERR_TIMEOUT after the context's timeout (the request
+ * stays valid), NC_ERR_DAEMON_LOST within about a second if the daemon dies. */
+nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req);
+
+/* Message for the last non-OK status returned to the calling thread. Never NULL; valid until
+ * the thread's next nodecomm call. */
+const char* nc_last_error(void);
+
+/* Short fixed name of a status code, e.g. "mismatched collective". */
+const char* nc_status_string(nc_status_t status);
+/* "f32", "f64", ...; NULL for an unknown value. Parsing returns NC_ERR_INVALID_ARGUMENT on an
+ * unknown name. */
+const char* nc_dtype_name(nc_dtype_t dtype);
+size_t nc_dtype_size(nc_dtype_t dtype);
+nc_status_t nc_dtype_parse(const char* name, nc_dtype_t* dtype);
+const char* nc_redop_name(nc_redop_t op);
+nc_status_t nc_redop_parse(const char* name, nc_redop_t* op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NODECOMM_H */

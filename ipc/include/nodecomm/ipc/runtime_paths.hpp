@@ -1,0 +1,23 @@
+// Where a daemon instance keeps its socket and ready file, shared by daemon, client and tools.
+#pragma once
+
+#include <string>
+
+namespace nodecomm::ipc {
+
+inline constexpr const char* kSocketFileName = "nodecommd.sock";
+inline constexpr const char* kReadyFileName = "nodecommd.ready";
+
+// The directory that holds instances when none is given: $NODECOMM_RUNTIME_BASE, else
+// /run/nodecomm for root, else $XDG_RUNTIME_DIR/nodecomm, else /tmp/nodecomm-<uid>.
+std::string default_runtime_base();
+// `base`/`instance`.
+std::string instance_runtime_dir(const std::string& instance);
+std::string socket_path(const std::string& runtime_dir);
+std::string ready_path(const std::string& runtime_dir);
+// Creates `dir` and its parents with mode 0755 (leaf mode `leaf_mode`); throws on failure.
+void make_directories(const std::string& dir, unsigned leaf_mode);
+// Shared-memory names the daemon uses for its clients start with this, per instance.
+std::string segment_prefix(const std::string& instance);
+
+}  // namespace nodecomm::ipc

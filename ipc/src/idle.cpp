@@ -1,0 +1,58 @@
+#include "nodecomm/ipc/idle.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <ctime>
+
+namespace nodecomm::ipc {
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+void IdleStrategy::reset() {
+  spins_ = 0;
+  yields_ = 0;
+  park_ns_ = 0;
+}
+
+IdleStrategy::Phase IdleStrategy::next(uint64_t work) {
+  if (work > 0) {
+    reset();
+    return Phase::kSpin;
+  }
+  if (spins_ < config_.spins) {
+    ++spins_;
+    return Phase::kSpin;
+  }
+  if (yields_ < config_.yields) {
+    ++yields_;
+    return Phase::kYield;
+  }
+  park_ns_ = park_ns_ == 0 ? config_.min_park_ns : std::min(park_ns_ * 2, config_.max_park_ns);
+  return Phase::kPark;
+}
+
+void IdleStrategy::idle(uint64_t work) {
+  switch (next(work)) {
+    case Phase::kSpin:
+      cpu_relax();
+      break;
+    case Phase::kYield:
+      sched_yield();
+      break;
+    case Phase::kPark: {
+      timespec ts{static_cast<time_t>(park_ns_ / 1000000000ULL),
+                  static_cast<long>(park_ns_ % 1000000000ULL)};
+      nanosleep(&ts, nullptr);
+      break;
+    }
+  }
+}
+
+}  // namespace nodecomm::ipc

@@ -1,0 +1,153 @@
+// The shared-memory ABI between nodecommd and libnodecomm.
+//
+// Everything a client and the daemon both read lives here and only here. Rules:
+//  - fixed-width, standard-layout, trivially copyable structs; no pointers, no STL, no
+//    process-shared mutexes (a process that dies holding one wedges the node);
+//  - positions are monotonic uint64 counters with exactly one writer each, on their own
+//    128-byte line (two 64-byte lines, because adjacent-line prefetch shares pairs);
+//  - buffers are named by offsets into the client's arena, never by address;
+//  - the header's layout_version is written last with release semantics: a reader that
+//    sees the expected version (acquire) sees a fully initialised segment.
+// Changing any struct here means bumping kLayoutVersion.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "nodecomm/proto/types.hpp"
+
+namespace nodecomm::proto {
+
+inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr size_t kLineBytes = 128;
+inline constexpr size_t kTensorNameBytes = 48;
+inline constexpr size_t kCompletionMessageBytes = 216;
+
+// One single-writer monotonic position alone on its line.
+struct alignas(kLineBytes) PaddedPosition {
+  uint64_t value;
+  uint8_t pad[kLineBytes - sizeof(uint64_t)];
+};
+static_assert(sizeof(PaddedPosition) == kLineBytes);
+
+// Control block of a single-producer single-consumer ring. `tail` is written only by the
+// producer, `head` only by the consumer. Entries follow at RingHeader's offset + sizeof.
+struct RingHeader {
+  PaddedPosition tail;  // next slot the producer will write; producer-owned
+  PaddedPosition head;  // next slot the consumer will read; consumer-owned
+};
+static_assert(sizeof(RingHeader) == 2 * kLineBytes);
+static_assert(offsetof(RingHeader, head) == kLineBytes);
+
+// Flags of an OpDescriptor.
+inline constexpr uint32_t kOpFlagInPlace = 1u << 0;  // send buffer is the receive buffer
+
+// A client's request for one collective. The daemon copies it out of shared memory
+// before looking at any field and validates every field (see ipc/validate.hpp).
+struct OpDescriptor {
+  uint64_t correlation_id;  // client-chosen, echoed in the completion
+  uint64_t seq;             // per-communicator sequence number, 1, 2, 3, ...
+  uint64_t count;           // elements
+  uint64_t send_offset;     // arena offset of the send buffer
+  uint64_t recv_offset;     // arena offset of the receive buffer
+  uint32_t comm_id;         // 0 is the world communicator
+  uint32_t root;            // rank within comm, for rooted collectives
+  int32_t priority;         // higher runs first once scheduling lands; 0 by default
+  uint16_t collective;      // Collective
+  uint8_t dtype;            // DType
+  uint8_t redop;            // RedOp
+  uint32_t flags;           // kOpFlag*
+  uint32_t reserved;        // must be 0
+  char name[kTensorNameBytes];  // diagnostics only, NUL-padded, need not be terminated
+};
+static_assert(std::is_standard_layout_v<OpDescriptor> && std::is_trivially_copyable_v<OpDescriptor>);
+static_assert(sizeof(OpDescriptor) == 112);
+static_assert(offsetof(OpDescriptor, comm_id) == 40);
+static_assert(offsetof(OpDescriptor, collective) == 52);
+static_assert(offsetof(OpDescriptor, name) == 64);
+
+// The daemon's answer to one OpDescriptor.
+struct Completion {
+  uint64_t correlation_id;
+  uint64_t seq;
+  int32_t status;  // Status
+  uint32_t comm_id;
+  uint64_t elapsed_ns;  // from the last local submission to delivery, for diagnostics
+  char message[kCompletionMessageBytes];  // NUL-terminated error text; empty on success
+};
+static_assert(std::is_standard_layout_v<Completion> && std::is_trivially_copyable_v<Completion>);
+static_assert(sizeof(Completion) == 248);
+static_assert(offsetof(Completion, message) == 32);
+
+// Wake-up words. Futex words are 32-bit; each group sits on the line of its writer.
+struct Doorbells {
+  // Daemon → client: bumped after the daemon publishes completions; the client futex-waits on
+  // it. client_waiting tells the daemon a FUTEX_WAKE is worth a syscall.
+  alignas(kLineBytes) uint32_t completion_futex;
+  uint32_t daemon_parked;  // daemon sets before it sleeps; client swaps to 0 and sends a wake
+  uint64_t daemon_heartbeat_ns;  // CLOCK_MONOTONIC, written by the daemon
+  alignas(kLineBytes) uint32_t client_waiting;
+  uint32_t client_reserved;
+  uint64_t client_heartbeat_ns;  // CLOCK_MONOTONIC, written by the client
+};
+static_assert(sizeof(Doorbells) == 2 * kLineBytes);
+static_assert(offsetof(Doorbells, client_waiting) == kLineBytes);
+
+// Offsets and sizes of each section. Written by the daemon before layout_version.
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;  // written last (release); 0 while the segment is being built
+  uint32_t header_bytes;
+  uint64_t segment_bytes;
+  uint64_t doorbells_offset;
+  uint64_t submit_ring_offset;  // RingHeader, then submit_capacity OpDescriptors
+  uint64_t complete_ring_offset;  // RingHeader, then complete_capacity Completions
+  uint64_t arena_offset;
+  uint64_t arena_bytes;
+  uint32_t submit_capacity;  // power of two
+  uint32_t complete_capacity;  // power of two, >= submit_capacity
+  uint32_t client_id;
+  uint32_t local_rank;
+  uint8_t reserved[kLineBytes - 80];
+};
+static_assert(std::is_standard_layout_v<SegmentHeader>);
+static_assert(sizeof(SegmentHeader) == kLineBytes);
+static_assert(offsetof(SegmentHeader, layout_version) == 8);
+static_assert(offsetof(SegmentHeader, arena_offset) == 48);
+
+inline constexpr uint64_t kArenaAlignment = 4096;
+
+// Where each section goes for given capacities and arena size. Both sides call this:
+// the daemon to build a segment, the client to check that the header it maps agrees.
+struct SegmentGeometry {
+  uint64_t doorbells_offset;
+  uint64_t submit_ring_offset;
+  uint64_t complete_ring_offset;
+  uint64_t arena_offset;
+  uint64_t segment_bytes;
+};
+
+constexpr uint64_t align_up(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+constexpr bool is_power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+constexpr SegmentGeometry segment_geometry(uint32_t submit_capacity, uint32_t complete_capacity,
+                                           uint64_t arena_bytes) {
+  SegmentGeometry g{};
+  g.doorbells_offset = align_up(sizeof(SegmentHeader), kLineBytes);
+  g.submit_ring_offset = align_up(g.doorbells_offset + sizeof(Doorbells), kLineBytes);
+  g.complete_ring_offset = align_up(
+      g.submit_ring_offset + sizeof(RingHeader) + uint64_t{submit_capacity} * sizeof(OpDescriptor),
+      kLineBytes);
+  g.arena_offset = align_up(g.complete_ring_offset + sizeof(RingHeader) +
+                                uint64_t{complete_capacity} * sizeof(Completion),
+                            kArenaAlignment);
+  g.segment_bytes = align_up(g.arena_offset + arena_bytes, kArenaAlignment);
+  return g;
+}
+
+}  // namespace nodecomm::proto

@@ -1,0 +1,111 @@
+// Enumerations shared by the ABI, the daemon, the client library and the C API.
+// Their numeric values are part of the ABI and of nodecomm.h: append, never renumber.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace nodecomm::proto {
+
+enum class Status : int32_t {
+  kOk = 0,
+  kInvalidArgument = 1,  // a field the caller supplied is out of its domain
+  kOutOfRange = 2,       // an offset or length outside the arena
+  kUnsupported = 3,      // a valid combination this build does not implement
+  kMismatch = 4,         // members of a communicator submitted different operations
+  kPeerLost = 5,         // a member rank or a remote daemon disappeared
+  kDaemonLost = 6,       // the client's own daemon disappeared
+  kTimeout = 7,
+  kQueueFull = 8,        // too many operations in flight
+  kNoMemory = 9,
+  kNotInitialized = 10,
+  kProtocol = 11,        // the other side broke the shared-memory or socket protocol
+  kPermission = 12,
+  kInternal = 13,
+  kInProgress = 14,      // test(): not complete yet
+};
+
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF64 = 1,
+  kI32 = 2,
+  kI64 = 3,
+  kF16 = 4,   // IEEE binary16
+  kBF16 = 5,  // bfloat16
+  kI8 = 6,
+  kU8 = 7,
+  kCount
+};
+enum class RedOp : uint8_t { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4, kCount };
+enum class Collective : uint16_t { kAllreduce = 0, kCount };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF64: return 8;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI8: return 1;
+    case DType::kU8: return 1;
+    default: return 0;
+  }
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kI8: return "i8";
+    case DType::kU8: return "u8";
+    default: return "?dtype";
+  }
+}
+
+constexpr bool dtype_is_float(DType t) {
+  return t == DType::kF32 || t == DType::kF64 || t == DType::kF16 || t == DType::kBF16;
+}
+
+constexpr std::string_view redop_name(RedOp op) {
+  switch (op) {
+    case RedOp::kSum: return "sum";
+    case RedOp::kProd: return "prod";
+    case RedOp::kMin: return "min";
+    case RedOp::kMax: return "max";
+    case RedOp::kAvg: return "avg";
+    default: return "?redop";
+  }
+}
+
+constexpr std::string_view collective_name(Collective c) {
+  return c == Collective::kAllreduce ? std::string_view{"allreduce"} : std::string_view{"?collective"};
+}
+
+constexpr std::string_view status_name(Status s) {
+  switch (s) {
+    case Status::kOk: return "ok";
+    case Status::kInvalidArgument: return "invalid argument";
+    case Status::kOutOfRange: return "out of range";
+    case Status::kUnsupported: return "unsupported";
+    case Status::kMismatch: return "mismatched collective";
+    case Status::kPeerLost: return "peer lost";
+    case Status::kDaemonLost: return "daemon lost";
+    case Status::kTimeout: return "timeout";
+    case Status::kQueueFull: return "queue full";
+    case Status::kNoMemory: return "out of memory";
+    case Status::kNotInitialized: return "not initialized";
+    case Status::kProtocol: return "protocol violation";
+    case Status::kPermission: return "permission denied";
+    case Status::kInternal: return "internal error";
+    case Status::kInProgress: return "in progress";
+  }
+  return "unknown status";
+}
+
+}  // namespace nodecomm::proto
