@@ -34,6 +34,9 @@
 extern "C" {
 #endif
 
+/* The library is built with hidden visibility; everything declared here is exported. */
+#pragma GCC visibility push(default)
+
 #define NODECOMM_VERSION_MAJOR 0
 #define NODECOMM_VERSION_MINOR 1
 
@@ -155,6 +158,8 @@ size_t nc_dtype_size(nc_dtype_t dtype);
 nc_status_t nc_dtype_parse(const char* name, nc_dtype_t* dtype);
 const char* nc_redop_name(nc_redop_t op);
 nc_status_t nc_redop_parse(const char* name, nc_redop_t* op);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -45,6 +45,12 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
   if (d.redop >= static_cast<uint8_t>(proto::RedOp::kCount)) {
     return reject(Status::kInvalidArgument, fmt::format("unknown reduction op {}", d.redop));
   }
+  if (static_cast<proto::RedOp>(d.redop) == proto::RedOp::kAvg &&
+      !proto::dtype_is_float(static_cast<proto::DType>(d.dtype))) {
+    return reject(Status::kInvalidArgument,
+                  fmt::format("reduction op avg needs a floating dtype, got {}",
+                              proto::dtype_name(static_cast<proto::DType>(d.dtype))));
+  }
   if ((d.flags & ~proto::kOpFlagInPlace) != 0 || d.reserved != 0) {
     return reject(Status::kInvalidArgument,
                   fmt::format("unknown flags {:#x} or non-zero reserved field {}", d.flags,

@@ -1,0 +1,175 @@
+// The C entry points: argument checks, then one call into Context. Errors land in a
+// thread-local message for nc_last_error().
+#include <string>
+
+#include "context.hpp"
+#include "nodecomm.h"
+
+using nodecomm::client::Context;
+using nodecomm::client::Result;
+namespace proto = nodecomm::proto;
+
+static_assert(static_cast<int>(proto::Status::kInProgress) == NC_IN_PROGRESS);
+static_assert(static_cast<int>(proto::Status::kInternal) == NC_ERR_INTERNAL);
+static_assert(static_cast<int>(proto::DType::kU8) == NC_U8);
+static_assert(static_cast<int>(proto::RedOp::kAvg) == NC_AVG);
+
+struct nc_context {
+  Context* impl;
+};
+
+namespace {
+thread_local std::string t_last_error;
+
+nc_status_t report(const Result& r) {
+  if (r.status != NC_OK && r.status != NC_IN_PROGRESS) t_last_error = r.message;
+  return r.status;
+}
+
+nc_status_t not_initialized(const char* call) {
+  t_last_error = std::string(call) + ": context is NULL (call nc_init first)";
+  return NC_ERR_NOT_INITIALIZED;
+}
+
+bool valid_dtype(nc_dtype_t t) { return t >= NC_F32 && t <= NC_U8; }
+bool valid_redop(nc_redop_t op) { return op >= NC_SUM && op <= NC_AVG; }
+}  // namespace
+
+extern "C" {
+
+void nc_init_options_default(nc_init_options_t* opts) {
+  if (opts == nullptr) return;
+  *opts = nc_init_options_t{};
+  opts->local_rank = -1;
+}
+
+nc_status_t nc_init(const nc_init_options_t* opts, nc_context_t** ctx) {
+  if (ctx == nullptr) {
+    t_last_error = "nc_init: ctx is NULL";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  *ctx = nullptr;
+  nodecomm::client::Settings settings;
+  if (nc_status_t s = report(nodecomm::client::resolve_settings(opts, settings)); s != NC_OK) {
+    return s;
+  }
+  Context* impl = nullptr;
+  if (nc_status_t s = report(Context::create(settings, impl)); s != NC_OK) return s;
+  *ctx = new nc_context{impl};
+  return NC_OK;
+}
+
+nc_status_t nc_finalize(nc_context_t* ctx) {
+  if (ctx == nullptr) return NC_OK;
+  const nc_status_t s = report(ctx->impl->finalize());
+  delete ctx->impl;
+  delete ctx;
+  return s;
+}
+
+int nc_world_rank(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->world_rank()) : -1; }
+int nc_world_size(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->world_size()) : -1; }
+int nc_node_index(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->node_index()) : -1; }
+int nc_node_count(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->node_count()) : -1; }
+int nc_local_rank(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->local_rank()) : -1; }
+int nc_local_size(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->local_size()) : -1; }
+
+nc_status_t nc_alloc(nc_context_t* ctx, size_t bytes, void** ptr) {
+  if (ctx == nullptr) return not_initialized("nc_alloc");
+  if (ptr == nullptr) {
+    t_last_error = "nc_alloc: ptr is NULL";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  return report(ctx->impl->alloc(bytes, ptr));
+}
+
+nc_status_t nc_free(nc_context_t* ctx, void* ptr) {
+  if (ctx == nullptr) return not_initialized("nc_free");
+  if (ptr == nullptr) return NC_OK;
+  return report(ctx->impl->free(ptr));
+}
+
+nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64_t* free_bytes) {
+  if (ctx == nullptr) return not_initialized("nc_arena_info");
+  ctx->impl->arena_info(total_bytes, free_bytes);
+  return NC_OK;
+}
+
+nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
+                         nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm, const nc_op_attr_t* attr,
+                         nc_request_t* req) {
+  if (ctx == nullptr) return not_initialized("nc_allreduce");
+  if (!valid_dtype(dtype) || !valid_redop(op)) {
+    t_last_error = "nc_allreduce: unknown dtype " + std::to_string(dtype) + " or op " +
+                   std::to_string(op);
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  const nodecomm::client::CollectiveArgs args{proto::Collective::kAllreduce,
+                                              send,
+                                              recv,
+                                              count,
+                                              static_cast<proto::DType>(dtype),
+                                              static_cast<proto::RedOp>(op),
+                                              comm,
+                                              0,
+                                              attr};
+  return report(ctx->impl->post(args, req));
+}
+
+nc_status_t nc_test(nc_context_t* ctx, nc_request_t req) {
+  if (ctx == nullptr) return not_initialized("nc_test");
+  return report(ctx->impl->test(req));
+}
+
+nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req) {
+  if (ctx == nullptr) return not_initialized("nc_wait");
+  return report(ctx->impl->wait(req));
+}
+
+const char* nc_last_error(void) { return t_last_error.c_str(); }
+
+const char* nc_status_string(nc_status_t status) {
+  static thread_local std::string text;
+  text = proto::status_name(static_cast<proto::Status>(status));
+  return text.c_str();
+}
+
+const char* nc_dtype_name(nc_dtype_t dtype) {
+  if (!valid_dtype(dtype)) return nullptr;
+  return proto::dtype_name(static_cast<proto::DType>(dtype)).data();
+}
+
+size_t nc_dtype_size(nc_dtype_t dtype) {
+  return valid_dtype(dtype) ? proto::dtype_size(static_cast<proto::DType>(dtype)) : 0;
+}
+
+nc_status_t nc_dtype_parse(const char* name, nc_dtype_t* dtype) {
+  for (int t = NC_F32; name != nullptr && dtype != nullptr && t <= NC_U8; ++t) {
+    if (proto::dtype_name(static_cast<proto::DType>(t)) == name) {
+      *dtype = static_cast<nc_dtype_t>(t);
+      return NC_OK;
+    }
+  }
+  t_last_error = std::string("unknown dtype '") + (name ? name : "(null)") +
+                 "'; expected f32, f64, i32, i64, f16, bf16, i8 or u8";
+  return NC_ERR_INVALID_ARGUMENT;
+}
+
+const char* nc_redop_name(nc_redop_t op) {
+  if (!valid_redop(op)) return nullptr;
+  return proto::redop_name(static_cast<proto::RedOp>(op)).data();
+}
+
+nc_status_t nc_redop_parse(const char* name, nc_redop_t* op) {
+  for (int o = NC_SUM; name != nullptr && op != nullptr && o <= NC_AVG; ++o) {
+    if (proto::redop_name(static_cast<proto::RedOp>(o)) == name) {
+      *op = static_cast<nc_redop_t>(o);
+      return NC_OK;
+    }
+  }
+  t_last_error = std::string("unknown reduction op '") + (name ? name : "(null)") +
+                 "'; expected sum, prod, min, max or avg";
+  return NC_ERR_INVALID_ARGUMENT;
+}
+
+}  // extern "C"

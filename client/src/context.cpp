@@ -1,0 +1,479 @@
+#include "context.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/futex.hpp"
+#include "nodecomm/ipc/idle.hpp"
+#include "nodecomm/ipc/runtime_paths.hpp"
+#include "nodecomm/ipc/validate.hpp"
+#include "nodecomm/proto/control.hpp"
+
+namespace nodecomm::client {
+
+namespace {
+
+constexpr uint64_t kLivenessSliceNs = 50'000'000;  // futex sleeps this long between checks
+constexpr uint64_t kLivenessCheckNs = 5'000'000;
+constexpr int kSpinsBeforeSleep = 4000;
+constexpr int kYieldsBeforeSleep = 100;
+
+Result fail(nc_status_t status, std::string message) { return Result{status, std::move(message)}; }
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+bool parse_u32(const char* text, uint32_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v > UINT32_MAX) return false;
+  out = static_cast<uint32_t>(v);
+  return true;
+}
+
+bool parse_size(const char* text, uint64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text) return false;
+  uint64_t scale = 1;
+  const std::string suffix(end);
+  if (suffix == "K" || suffix == "k") {
+    scale = 1ULL << 10;
+  } else if (suffix == "M" || suffix == "m") {
+    scale = 1ULL << 20;
+  } else if (suffix == "G" || suffix == "g") {
+    scale = 1ULL << 30;
+  } else if (!suffix.empty()) {
+    return false;
+  }
+  out = v * scale;
+  return true;
+}
+
+template <size_t N>
+void copy_text(char (&dst)[N], const std::string& text) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+
+template <size_t N>
+std::string bounded(const char (&text)[N]) {
+  return std::string(text, strnlen(text, N));
+}
+
+}  // namespace
+
+Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
+  nc_init_options_t none;
+  nc_init_options_default(&none);
+  const nc_init_options_t& o = opts != nullptr ? *opts : none;
+
+  if (o.runtime_dir != nullptr && *o.runtime_dir != '\0') {
+    s.runtime_dir = o.runtime_dir;
+  } else if (const char* dir = env("NODECOMM_RUNTIME_DIR")) {
+    s.runtime_dir = dir;
+  } else {
+    const char* instance = o.instance != nullptr && *o.instance != '\0' ? o.instance
+                                                                         : env("NODECOMM_INSTANCE");
+    s.runtime_dir = ipc::instance_runtime_dir(instance != nullptr ? instance : "default");
+  }
+  const char* job = o.job != nullptr && *o.job != '\0' ? o.job : env("NODECOMM_JOB");
+  s.job = job != nullptr ? job : "default";
+  if (s.job.size() >= proto::kJobNameBytes) {
+    return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("job name '{}' is longer than {} bytes", s.job,
+                                                     proto::kJobNameBytes - 1));
+  }
+  if (o.local_rank >= 0) {
+    s.local_rank = static_cast<uint32_t>(o.local_rank);
+  } else if (const char* v = env("NODECOMM_LOCAL_RANK"); v == nullptr || !parse_u32(v, s.local_rank)) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("NODECOMM_LOCAL_RANK is {}; set it to this process's rank among the "
+                            "job's ranks on this node (nodecomm-launch does)",
+                            v == nullptr ? "not set" : fmt::format("'{}', not a number", v)));
+  }
+  if (o.local_size > 0) {
+    s.local_size = static_cast<uint32_t>(o.local_size);
+  } else if (const char* v = env("NODECOMM_LOCAL_SIZE");
+             v == nullptr || !parse_u32(v, s.local_size) || s.local_size == 0) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("NODECOMM_LOCAL_SIZE is {}; set it to the number of the job's ranks on "
+                            "this node",
+                            v == nullptr ? "not set" : fmt::format("'{}'", v)));
+  }
+  if (s.local_rank >= s.local_size) {
+    return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("local rank {} is not below local size {}",
+                                                     s.local_rank, s.local_size));
+  }
+  if (o.arena_bytes > 0) {
+    s.arena_bytes = o.arena_bytes;
+  } else if (const char* v = env("NODECOMM_ARENA_BYTES"); v != nullptr && !parse_size(v, s.arena_bytes)) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("NODECOMM_ARENA_BYTES '{}' is not a size like 64M", v));
+  }
+  if (o.timeout_sec > 0) {
+    s.timeout_sec = o.timeout_sec;
+  } else if (const char* v = env("NODECOMM_TIMEOUT_SEC")) {
+    char* end = nullptr;
+    const double t = std::strtod(v, &end);
+    if (end == v || *end != '\0' || t < 0) {
+      return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("NODECOMM_TIMEOUT_SEC '{}' is not a number", v));
+    }
+    s.timeout_sec = t == 0 ? 1e12 : t;
+  }
+  return Result::ok();
+}
+
+Result Context::create(const Settings& settings, Context*& out) {
+  auto* ctx = new Context();
+  Result r = ctx->attach(settings);
+  if (r.status != NC_OK) {
+    delete ctx;
+    return r;
+  }
+  out = ctx;
+  return r;
+}
+
+Result Context::attach(const Settings& s) {
+  settings_ = s;
+  const std::string path = ipc::socket_path(s.runtime_dir);
+  const uint64_t start = ipc::monotonic_ns();
+  const auto elapsed_sec = [&] { return static_cast<double>(ipc::monotonic_ns() - start) / 1e9; };
+  std::string error;
+  for (;;) {
+    socket_ = ipc::connect_unix(path, error);
+    if (socket_.valid()) break;
+    if (elapsed_sec() >= s.connect_timeout_sec) {
+      return fail(NC_ERR_DAEMON_LOST,
+                  fmt::format("no nodecommd at {} after {:.0f} s ({}); is the daemon running, and "
+                              "is NODECOMM_RUNTIME_DIR or NODECOMM_INSTANCE right?",
+                              path, s.connect_timeout_sec, error));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  proto::Hello hello{};
+  hello.type = static_cast<uint32_t>(proto::ControlType::kHello);
+  hello.magic = proto::kControlMagic;
+  hello.layout_version = proto::kLayoutVersion;
+  hello.local_rank = s.local_rank;
+  hello.local_size = s.local_size;
+  hello.arena_bytes = s.arena_bytes;
+  copy_text(hello.job, s.job);
+  if (ipc::send_message(socket_.get(), &hello, sizeof(hello)) != ipc::IoResult::kOk) {
+    return daemon_lost("sending hello");
+  }
+  const int timeout_ms = static_cast<int>(std::min(s.timeout_sec * 1000.0, 2.0e9));
+  proto::HelloReply reply{};
+  size_t size = 0;
+  ipc::IoResult io = ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
+  if (io == ipc::IoResult::kTimeout) {
+    return fail(NC_ERR_TIMEOUT, fmt::format("nodecommd at {} did not answer hello within {:.0f} s",
+                                            path, s.timeout_sec));
+  }
+  if (io != ipc::IoResult::kOk || size != sizeof(reply) ||
+      reply.type != static_cast<uint32_t>(proto::ControlType::kHelloReply)) {
+    return daemon_lost("waiting for the hello reply");
+  }
+  if (reply.status != 0) {
+    return fail(static_cast<nc_status_t>(reply.status),
+                fmt::format("nodecommd refused local rank {} of job '{}': {}", s.local_rank, s.job,
+                            bounded(reply.message)));
+  }
+  try {
+    segment_ = ipc::Segment::open(bounded(reply.segment_name));
+  } catch (const std::exception& e) {
+    return fail(NC_ERR_PROTOCOL, e.what());
+  }
+  const proto::Mapped mapped{static_cast<uint32_t>(proto::ControlType::kMapped), 0};
+  if (ipc::send_message(socket_.get(), &mapped, sizeof(mapped)) != ipc::IoResult::kOk) {
+    return daemon_lost("acknowledging the segment");
+  }
+  const auto& h = segment_.header();
+  submissions_ = ipc::RingProducer<proto::OpDescriptor>(&segment_.submit_ring(),
+                                                        segment_.submit_slots(), h.submit_capacity);
+  completions_ = ipc::RingConsumer<proto::Completion>(&segment_.complete_ring(),
+                                                      segment_.complete_slots(), h.complete_capacity);
+  arena_ = ArenaAllocator(h.arena_bytes);
+
+  proto::JobReady ready{};
+  io = ipc::recv_message_timed(socket_.get(), &ready, sizeof(ready), size, timeout_ms);
+  if (io == ipc::IoResult::kTimeout) {
+    return fail(NC_ERR_TIMEOUT,
+                fmt::format("job '{}' did not form within {:.0f} s: local rank {} of {} is attached, "
+                            "but not every rank on every node has started",
+                            s.job, s.timeout_sec, s.local_rank, s.local_size));
+  }
+  if (io != ipc::IoResult::kOk || size != sizeof(ready) ||
+      ready.type != static_cast<uint32_t>(proto::ControlType::kJobReady)) {
+    return daemon_lost("waiting for the job to form");
+  }
+  if (ready.status != 0) {
+    return fail(static_cast<nc_status_t>(ready.status), bounded(ready.message));
+  }
+  world_rank_ = ready.world_rank;
+  world_size_ = ready.world_size;
+  node_index_ = ready.node_index;
+  node_count_ = ready.node_count;
+  return Result::ok();
+}
+
+Context::~Context() = default;
+
+Result Context::finalize() {
+  std::lock_guard lock(mutex_);
+  if (socket_.valid()) {
+    const proto::Bye bye{static_cast<uint32_t>(proto::ControlType::kBye), 0};
+    ipc::send_message(socket_.get(), &bye, sizeof(bye));
+  }
+  return Result::ok();
+}
+
+Result Context::daemon_lost(const std::string& during) const {
+  return fail(NC_ERR_DAEMON_LOST,
+              fmt::format("nodecommd at {} closed the connection while {} (local rank {} of job "
+                          "'{}'); the daemon exited or was killed",
+                          ipc::socket_path(settings_.runtime_dir), during, settings_.local_rank,
+                          settings_.job));
+}
+
+bool Context::in_arena(const void* p, uint64_t bytes, uint64_t& offset) const {
+  const auto* base = segment_.arena();
+  const auto* q = static_cast<const uint8_t*>(p);
+  if (q < base || q > base + arena_.total()) return false;
+  offset = static_cast<uint64_t>(q - base);
+  return bytes <= arena_.total() - offset;
+}
+
+Result Context::alloc(size_t bytes, void** ptr) {
+  std::lock_guard lock(mutex_);
+  const uint64_t alignment = bytes >= (64u << 10) ? 4096 : 64;
+  const auto offset = arena_.allocate(bytes, alignment);
+  if (!offset) {
+    return fail(NC_ERR_NO_MEMORY,
+                fmt::format("nc_alloc({} bytes): the {}-byte arena has {} bytes free, not in one "
+                            "block that large; request a bigger arena (NODECOMM_ARENA_BYTES)",
+                            bytes, arena_.total(), arena_.free_bytes()));
+  }
+  *ptr = segment_.arena() + *offset;
+  return Result::ok();
+}
+
+Result Context::free(void* ptr) {
+  std::lock_guard lock(mutex_);
+  uint64_t offset = 0;
+  if (!in_arena(ptr, 0, offset) || !arena_.release(offset)) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("nc_free({}): not a live buffer from nc_alloc", ptr));
+  }
+  return Result::ok();
+}
+
+void Context::arena_info(uint64_t* total, uint64_t* free_bytes) const {
+  std::lock_guard lock(mutex_);
+  if (total != nullptr) *total = arena_.total();
+  if (free_bytes != nullptr) *free_bytes = arena_.free_bytes();
+}
+
+std::string Context::describe(const Request& r) const {
+  std::string text = fmt::format("{} seq {} on comm {} (rank {})", proto::collective_name(r.collective),
+                                 r.seq, r.comm, world_rank_);
+  if (!r.name.empty()) text += fmt::format(" '{}'", r.name);
+  return text;
+}
+
+Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
+  if (req == nullptr) return fail(NC_ERR_INVALID_ARGUMENT, "request pointer is NULL");
+  const size_t elem = proto::dtype_size(a.dtype);
+  if (elem == 0) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("unknown dtype {}", static_cast<int>(a.dtype)));
+  }
+  if (a.count > 0 && (a.send == nullptr || a.recv == nullptr)) {
+    return fail(NC_ERR_INVALID_ARGUMENT, "send or receive buffer is NULL");
+  }
+  std::lock_guard lock(mutex_);
+  if (daemon_gone_) return daemon_lost("posting a collective");
+  if (in_flight_ >= submissions_.capacity()) {
+    return fail(NC_ERR_QUEUE_FULL,
+                fmt::format("{} operations are in flight, the limit for one client; wait for some "
+                            "before posting more",
+                            in_flight_));
+  }
+  const uint64_t bytes = a.count * elem;
+  const bool in_place = a.send == a.recv;
+  Request r;
+  r.comm = a.comm;
+  r.collective = a.collective;
+  r.bytes = bytes;
+  if (a.attr != nullptr && a.attr->name != nullptr) r.name = a.attr->name;
+
+  proto::OpDescriptor d{};
+  d.collective = static_cast<uint16_t>(a.collective);
+  d.dtype = static_cast<uint8_t>(a.dtype);
+  d.redop = static_cast<uint8_t>(a.op);
+  d.count = a.count;
+  d.comm_id = a.comm;
+  d.root = a.root;
+  d.priority = a.attr != nullptr ? a.attr->priority : 0;
+  d.flags = in_place ? proto::kOpFlagInPlace : 0;
+  copy_text(d.name, r.name);
+  const bool send_in_arena = in_arena(a.send, bytes, d.send_offset);
+  const bool recv_in_arena = in_arena(a.recv, bytes, d.recv_offset);
+  if (!send_in_arena || !recv_in_arena) {
+    // Copy path: one arena block holds send (and receives the result in place).
+    const auto temp = arena_.allocate(bytes, 64);
+    if (!temp) {
+      return fail(NC_ERR_NO_MEMORY,
+                  fmt::format("{} of {} bytes from memory outside the arena needs a {}-byte arena "
+                              "block and the arena has {} free; use nc_alloc buffers or a bigger "
+                              "arena",
+                              proto::collective_name(a.collective), bytes, bytes,
+                              arena_.free_bytes()));
+    }
+    if (bytes > 0) std::memcpy(segment_.arena() + *temp, a.send, bytes);
+    d.send_offset = d.recv_offset = *temp;
+    d.flags = proto::kOpFlagInPlace;
+    r.temp_offset = *temp;
+    r.user_recv = a.recv;
+  }
+  uint64_t& seq = next_seq_.try_emplace(a.comm, 1).first->second;
+  d.seq = seq;
+  r.seq = seq;
+  const ipc::Verdict verdict =
+      ipc::validate_descriptor(d, ipc::ValidationLimits{arena_.total(), uint64_t{1} << 40});
+  if (!verdict.ok()) {
+    if (r.temp_offset != UINT64_MAX) arena_.release(r.temp_offset);
+    return fail(static_cast<nc_status_t>(verdict.status),
+                fmt::format("{}: {}", describe(r), verdict.message));
+  }
+  const nc_request_t id = next_request_++;
+  d.correlation_id = id;
+  if (submissions_.try_push(d) != ipc::RingResult::kOk) {
+    if (r.temp_offset != UINT64_MAX) arena_.release(r.temp_offset);
+    return fail(NC_ERR_PROTOCOL,
+                fmt::format("{}: submission ring is full or corrupt with {} in flight", describe(r),
+                            in_flight_));
+  }
+  ++seq;
+  ++in_flight_;
+  requests_.emplace(id, std::move(r));
+  // seq_cst: orders the tail publication before reading daemon_parked (the daemon sets the
+  // flag, then re-reads tails), so a submission is never left unseen by a sleeping daemon.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  auto& bells = segment_.doorbells();
+  if (ipc::load_word(bells.daemon_parked, std::memory_order_relaxed) != 0 &&
+      ipc::exchange_word(bells.daemon_parked, 0, std::memory_order_seq_cst) != 0) {
+    const proto::Wake wake{static_cast<uint32_t>(proto::ControlType::kWake), 0};
+    ipc::send_message(socket_.get(), &wake, sizeof(wake));
+  }
+  *req = id;
+  return Result::ok();
+}
+
+Result Context::drain_completions() {
+  proto::Completion c;
+  for (;;) {
+    const ipc::RingResult r = completions_.try_pop(c);
+    if (r == ipc::RingResult::kEmpty) return Result::ok();
+    if (r == ipc::RingResult::kCorrupt) {
+      return fail(NC_ERR_PROTOCOL, "completion ring position is impossible; segment corrupt");
+    }
+    auto it = requests_.find(c.correlation_id);
+    if (it == requests_.end() || it->second.done) continue;  // stale or duplicate: ignore
+    Request& req = it->second;
+    req.done = true;
+    req.status = static_cast<nc_status_t>(c.status);
+    if (c.status != 0) req.message = bounded(c.message);
+    --in_flight_;
+  }
+}
+
+Result Context::retire(std::unordered_map<nc_request_t, Request>::iterator it) {
+  Request req = std::move(it->second);
+  requests_.erase(it);
+  if (req.temp_offset != UINT64_MAX) {
+    if (req.status == NC_OK && req.bytes > 0) {
+      std::memcpy(req.user_recv, segment_.arena() + req.temp_offset, req.bytes);
+    }
+    arena_.release(req.temp_offset);
+  }
+  if (req.status == NC_OK) return Result::ok();
+  return fail(req.status, fmt::format("{}: {}", describe(req),
+                                      req.message.empty() ? nc_status_string(req.status)
+                                                          : req.message));
+}
+
+Result Context::test(nc_request_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("request {} is unknown or already completed", id));
+  }
+  if (!it->second.done) {
+    if (Result r = drain_completions(); r.status != NC_OK) return r;
+  }
+  if (it->second.done) return retire(it);
+  // A poll() per call would dominate the spin loop's latency; the daemon's death is noticed
+  // at most kLivenessCheckNs late.
+  const uint64_t now = ipc::monotonic_ns();
+  if (now - last_liveness_check_ns_ < kLivenessCheckNs) return fail(NC_IN_PROGRESS, {});
+  last_liveness_check_ns_ = now;
+  if (ipc::peer_closed(socket_.get())) {
+    daemon_gone_ = true;
+    return daemon_lost(fmt::format("{} was in flight", describe(it->second)));
+  }
+  return fail(NC_IN_PROGRESS, {});
+}
+
+Result Context::wait(nc_request_t id) {
+  const uint64_t deadline =
+      ipc::monotonic_ns() + static_cast<uint64_t>(std::min(settings_.timeout_sec, 1e9) * 1e9);
+  auto& bells = segment_.doorbells();
+  for (int round = 0;; ++round) {
+    // acquire: a completion published before the bump we read is visible to the drain below.
+    const uint32_t seen = ipc::load_word(bells.completion_futex, std::memory_order_acquire);
+    Result r = test(id);
+    if (r.status != NC_IN_PROGRESS) return r;
+    if (round < kSpinsBeforeSleep) {
+      ipc::cpu_relax();
+      continue;
+    }
+    if (round < kSpinsBeforeSleep + kYieldsBeforeSleep) {
+      sched_yield();
+      continue;
+    }
+    const uint64_t now = ipc::monotonic_ns();
+    if (now >= deadline) {
+      std::lock_guard lock(mutex_);
+      auto it = requests_.find(id);
+      return fail(NC_ERR_TIMEOUT,
+                  fmt::format("{} did not complete within {:.0f} s (NODECOMM_TIMEOUT_SEC); some "
+                              "rank has probably not posted it",
+                              it != requests_.end() ? describe(it->second) : "request",
+                              settings_.timeout_sec));
+    }
+    // seq_cst: the waiting count is visible to the daemon before we re-check and sleep; the
+    // futex compares `seen`, so a bump after our read makes the wait return at once.
+    std::atomic_ref<uint32_t>(bells.client_waiting).fetch_add(1, std::memory_order_seq_cst);
+    ipc::futex_wait(&bells.completion_futex, seen, std::min(kLivenessSliceNs, deadline - now));
+    std::atomic_ref<uint32_t>(bells.client_waiting).fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace nodecomm::client

@@ -1,0 +1,119 @@
+// The client side of one attachment to nodecommd: control socket, mapped segment, the
+// client's ring ends (producer of submissions, consumer of completions), the arena
+// allocator, and the table of requests in flight.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "arena.hpp"
+#include "nodecomm.h"
+#include "nodecomm/ipc/ring.hpp"
+#include "nodecomm/ipc/segment.hpp"
+#include "nodecomm/ipc/socket.hpp"
+#include "nodecomm/proto/abi.hpp"
+#include "nodecomm/proto/types.hpp"
+
+namespace nodecomm::client {
+
+// A status with the message that goes to nc_last_error().
+struct Result {
+  nc_status_t status = NC_OK;
+  std::string message;
+  static Result ok() { return {}; }
+};
+
+struct Settings {
+  std::string runtime_dir;
+  std::string job;
+  uint32_t local_rank = 0;
+  uint32_t local_size = 0;
+  uint64_t arena_bytes = 0;
+  double timeout_sec = 300;
+  double connect_timeout_sec = 10;
+};
+
+// Resolves options, then the environment, then defaults.
+Result resolve_settings(const nc_init_options_t* opts, Settings& out);
+
+struct CollectiveArgs {
+  proto::Collective collective;
+  const void* send;
+  void* recv;
+  uint64_t count;
+  proto::DType dtype;
+  proto::RedOp op;
+  uint32_t comm;
+  uint32_t root;
+  const nc_op_attr_t* attr;
+};
+
+class Context {
+ public:
+  // Connects, attaches and waits for the job to form.
+  static Result create(const Settings& settings, Context*& out);
+  ~Context();
+
+  Result finalize();
+  Result alloc(size_t bytes, void** ptr);
+  Result free(void* ptr);
+  void arena_info(uint64_t* total, uint64_t* free_bytes) const;
+  Result post(const CollectiveArgs& args, nc_request_t* req);
+  // NC_IN_PROGRESS, or the final status (and the request is released).
+  Result test(nc_request_t req);
+  Result wait(nc_request_t req);
+
+  uint32_t world_rank() const { return world_rank_; }
+  uint32_t world_size() const { return world_size_; }
+  uint32_t node_index() const { return node_index_; }
+  uint32_t node_count() const { return node_count_; }
+  uint32_t local_rank() const { return settings_.local_rank; }
+  uint32_t local_size() const { return settings_.local_size; }
+
+ private:
+  struct Request {
+    uint64_t seq = 0;
+    uint32_t comm = 0;
+    proto::Collective collective = proto::Collective::kAllreduce;
+    std::string name;
+    bool done = false;
+    nc_status_t status = NC_IN_PROGRESS;
+    std::string message;
+    // Copy path: the daemon works on arena blocks; results go back to the caller's buffer.
+    uint64_t temp_offset = UINT64_MAX;
+    void* user_recv = nullptr;
+    uint64_t bytes = 0;
+  };
+
+  Context() = default;
+  Result attach(const Settings& settings);
+  // Drains the completion ring into the request table. Caller holds mutex_.
+  Result drain_completions();
+  // Releases a completed request and produces its result. Caller holds mutex_.
+  Result retire(std::unordered_map<nc_request_t, Request>::iterator it);
+  bool in_arena(const void* p, uint64_t bytes, uint64_t& offset) const;
+  std::string describe(const Request& r) const;
+  Result daemon_lost(const std::string& during) const;
+
+  Settings settings_;
+  ipc::Fd socket_;
+  ipc::Segment segment_;
+  ipc::RingProducer<proto::OpDescriptor> submissions_;
+  ipc::RingConsumer<proto::Completion> completions_;
+  ArenaAllocator arena_;
+  mutable std::mutex mutex_;
+  std::unordered_map<nc_request_t, Request> requests_;
+  std::unordered_map<uint32_t, uint64_t> next_seq_;
+  nc_request_t next_request_ = 1;
+  size_t in_flight_ = 0;
+  bool daemon_gone_ = false;
+  uint64_t last_liveness_check_ns_ = 0;
+  uint32_t world_rank_ = 0;
+  uint32_t world_size_ = 0;
+  uint32_t node_index_ = 0;
+  uint32_t node_count_ = 0;
+};
+
+}  // namespace nodecomm::client

@@ -1,0 +1,78 @@
+// The daemon's view of one attached client: its control socket, its segment, and the two
+// ring ends the daemon owns (consumer of submissions, producer of completions).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_map>
+
+#include "nodecomm/ipc/ring.hpp"
+#include "nodecomm/ipc/segment.hpp"
+#include "nodecomm/ipc/socket.hpp"
+#include "nodecomm/proto/abi.hpp"
+
+namespace nodecomm::daemon {
+
+class Job;
+
+class ClientSession {
+ public:
+  enum class State {
+    kHello,    // connected, waiting for Hello
+    kMapping,  // segment created, waiting for the client to map it
+    kJoined,   // segment mapped; member of a job (forming or running)
+    kClosed,   // socket gone or dropped; waiting to be reaped
+  };
+
+  ClientSession(uint32_t id, ipc::Fd fd, ipc::PeerCredentials cred)
+      : id_(id), fd_(std::move(fd)), cred_(cred) {}
+
+  uint32_t id() const { return id_; }
+  int fd() const { return fd_.get(); }
+  const ipc::PeerCredentials& cred() const { return cred_; }
+  State state() const { return state_; }
+  void set_state(State s) { state_ = s; }
+
+  // Takes ownership of the created segment and attaches the daemon's ring ends.
+  void attach_segment(ipc::Segment segment, std::string name);
+  // Unlinks the segment's name once the client has mapped it (or the client is gone).
+  void unlink_segment_name();
+  const ipc::Segment& segment() const { return segment_; }
+  bool has_segment() const { return segment_.base() != nullptr; }
+
+  ipc::RingConsumer<proto::OpDescriptor>& submissions() { return submissions_; }
+
+  // Queues a completion: into the ring, or into a private overflow list if the client is not
+  // draining its ring (never blocks the engine on a slow or hostile client).
+  void complete(const proto::Completion& completion);
+  // Moves overflowed completions into the ring and rings the doorbell if anything was
+  // published since the last call. Returns the number published.
+  size_t flush();
+  // Tells the client's library the daemon is about to sleep, so its next submit sends a wake.
+  void set_daemon_parked(bool parked);
+  void heartbeat(uint64_t now_ns);
+
+  Job* job = nullptr;
+  uint32_t local_rank = 0;
+  uint32_t world_rank = 0;
+  // Set when the client broke the shared-memory protocol; the daemon then drops it.
+  std::string violation;
+  // Next sequence number expected from this client on each communicator.
+  std::unordered_map<uint32_t, uint64_t> next_seq;
+
+ private:
+  uint32_t id_;
+  ipc::Fd fd_;
+  ipc::PeerCredentials cred_;
+  State state_ = State::kHello;
+  ipc::Segment segment_;
+  std::string segment_name_;
+  ipc::RingConsumer<proto::OpDescriptor> submissions_;
+  ipc::RingProducer<proto::Completion> completions_;
+  std::deque<proto::Completion> overflow_;
+  size_t unannounced_ = 0;
+  bool ring_broken_ = false;
+};
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,100 @@
+#include "config.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+
+#include "nodecomm/proto/abi.hpp"
+
+namespace nodecomm::daemon {
+
+uint64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  const unsigned long long value = std::stoull(text, &used, 10);
+  const std::string suffix = text.substr(used);
+  uint64_t scale = 1;
+  if (suffix.empty() || suffix == "B") {
+    scale = 1;
+  } else if (suffix == "K" || suffix == "k" || suffix == "KiB") {
+    scale = 1ULL << 10;
+  } else if (suffix == "M" || suffix == "m" || suffix == "MiB") {
+    scale = 1ULL << 20;
+  } else if (suffix == "G" || suffix == "g" || suffix == "GiB") {
+    scale = 1ULL << 30;
+  } else {
+    throw std::invalid_argument("unknown size suffix '" + suffix + "' in '" + text + "'");
+  }
+  return value * scale;
+}
+
+std::string expand_node(std::string text, uint32_t node) {
+  const std::string token = "{node}";
+  for (size_t pos = text.find(token); pos != std::string::npos; pos = text.find(token, pos)) {
+    text.replace(pos, token.size(), std::to_string(node));
+  }
+  return text;
+}
+
+DaemonConfig parse_config(int argc, char** argv) {
+  DaemonConfig c;
+  CLI::App app{"nodecommd: the nodecomm node daemon. Runs collectives for the training processes "
+               "of this node over shared memory and drives the network (MPI) for them.",
+               "nodecommd"};
+  std::string default_arena = "64M";
+  std::string max_arena = "16G";
+  std::string staging_cache = "1G";
+  std::string log_level = "info";
+  app.add_option("--instance", c.instance,
+                 "Instance name; '{node}' is replaced by the node index (MPI rank)")
+      ->capture_default_str();
+  app.add_option("--runtime-dir", c.runtime_dir,
+                 "Directory for the socket and ready file (default: <runtime base>/<instance>); "
+                 "'{node}' is replaced by the node index");
+  app.add_option("--cores", c.cores, "CPU list to pin the daemon to, e.g. 3 or 2-3 (hwloc syntax)");
+  app.add_option("--transport", c.transport, "Inter-node transport")
+      ->check(CLI::IsMember({"mpi", "loopback"}))
+      ->capture_default_str();
+  app.add_option("--default-arena", default_arena, "Arena size for clients that ask for none")
+      ->capture_default_str();
+  app.add_option("--max-arena", max_arena, "Largest arena one client may ask for")
+      ->capture_default_str();
+  app.add_option("--max-clients", c.max_clients, "Clients attached at once")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  app.add_option("--ring-capacity", c.ring_capacity,
+                 "Submission and completion ring entries per client (power of two)")
+      ->check(CLI::Range(2u, 1u << 16))
+      ->capture_default_str();
+  app.add_option("--staging-cache", staging_cache, "Staging memory kept for reuse")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "error, warn, info or debug")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    if (!proto::is_power_of_two(c.ring_capacity)) {
+      throw CLI::ValidationError("--ring-capacity", "must be a power of two");
+    }
+    c.default_arena_bytes = parse_bytes(default_arena);
+    c.max_arena_bytes = parse_bytes(max_arena);
+    c.staging_cache_bytes = parse_bytes(staging_cache);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "nodecommd: %s (see --help)\n", e.what());
+    std::exit(2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nodecommd: bad size: %s (see --help)\n", e.what());
+    std::exit(2);
+  }
+  const std::string levels[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; i < 4; ++i) {
+    if (levels[i] == log_level) c.log_level = static_cast<LogLevel>(i);
+  }
+  return c;
+}
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,34 @@
+// nodecommd's settings, parsed from flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "log.hpp"
+
+namespace nodecomm::daemon {
+
+struct DaemonConfig {
+  std::string instance = "default";
+  std::string runtime_dir;  // empty: <default runtime base>/<instance>
+  std::string cores;        // hwloc list ("3", "2-3,6"); empty: not pinned
+  std::string transport = "mpi";
+  uint64_t default_arena_bytes = 64ULL << 20;
+  uint64_t max_arena_bytes = 16ULL << 30;
+  uint32_t max_clients = 256;
+  uint32_t ring_capacity = 256;
+  uint64_t staging_cache_bytes = 1ULL << 30;
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+// Parses argv. On --help prints usage and exits 0; on a bad flag prints one line to stderr
+// and exits 2.
+DaemonConfig parse_config(int argc, char** argv);
+
+// Replaces each "{node}" in `text` with `node`.
+std::string expand_node(std::string text, uint32_t node);
+
+// Parses "64M", "1G", "4096" (powers of 1024). Throws std::invalid_argument.
+uint64_t parse_bytes(const std::string& text);
+
+}  // namespace nodecomm::daemon

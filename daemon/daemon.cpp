@@ -1,0 +1,470 @@
+#include "daemon.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/runtime_paths.hpp"
+#include "nodecomm/proto/control.hpp"
+
+namespace nodecomm::daemon {
+
+namespace {
+constexpr uint64_t kListenTag = 0;  // client ids start at 1
+constexpr uint64_t kSocketCheckNs = 50'000;  // socket poll interval while busy
+constexpr uint64_t kHeartbeatNs = 10'000'000;
+constexpr int kParkTimeoutMs = 100;
+
+template <size_t N>
+void copy_text(char (&dst)[N], const std::string& text) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+
+template <size_t N>
+bool terminated(const char (&text)[N]) {
+  return std::memchr(text, '\0', N) != nullptr;
+}
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config, Transport& transport)
+    : config_(std::move(config)), transport_(transport),
+      staging_(-1, config_.staging_cache_bytes), engine_(transport_, staging_) {}
+
+Daemon::~Daemon() {
+  for (auto& [id, client] : clients_) client->unlink_segment_name();
+  if (!ready_path_.empty()) ::unlink(ready_path_.c_str());
+  if (listen_fd_.valid()) ::unlink(socket_path_.c_str());
+}
+
+void Daemon::start() {
+  runtime_dir_ = config_.runtime_dir.empty() ? ipc::instance_runtime_dir(config_.instance)
+                                             : config_.runtime_dir;
+  ipc::make_directories(runtime_dir_, 0755);
+  const std::string lock_path = runtime_dir_ + "/nodecommd.lock";
+  lock_fd_ = ipc::Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_fd_.valid() || ::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    throw std::runtime_error(fmt::format("instance '{}' is already running (lock {} is held: {})",
+                                         config_.instance, lock_path, std::strerror(errno)));
+  }
+  socket_path_ = ipc::socket_path(runtime_dir_);
+  // 0666: any local user may connect; who may join a job is decided per connection from
+  // SO_PEERCRED, not by the file mode.
+  listen_fd_ = ipc::listen_unix(socket_path_, 0666);
+  epoll_fd_ = ipc::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenTag;
+  if (!epoll_fd_.valid() || ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
+    throw std::runtime_error(fmt::format("epoll: {}", std::strerror(errno)));
+  }
+
+  ready_path_ = ipc::ready_path(runtime_dir_);
+  const nlohmann::json ready = {{"pid", ::getpid()},
+                                {"node", transport_.node_index()},
+                                {"nodes", transport_.node_count()},
+                                {"socket", socket_path_},
+                                {"instance", config_.instance},
+                                {"transport", transport_.name()}};
+  const std::string tmp = ready_path_ + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << ready.dump() << "\n";
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+  }
+  if (::rename(tmp.c_str(), ready_path_.c_str()) != 0) {
+    throw std::runtime_error(fmt::format("rename {}: {}", ready_path_, std::strerror(errno)));
+  }
+  NC_LOG(kInfo, "ready: socket {}, node {} of {}, transport {}, staging on NUMA node {}",
+         socket_path_, transport_.node_index(), transport_.node_count(), transport_.name(),
+         staging_.numa_node());
+}
+
+int Daemon::run(const std::atomic<bool>& stop) {
+  // relaxed: the flag is set from a signal handler and only needs to be seen eventually.
+  while (!stop.load(std::memory_order_relaxed)) {
+    size_t work = do_work();
+    const uint64_t now = ipc::monotonic_ns();
+    if (now - last_socket_check_ns_ >= kSocketCheckNs) {
+      last_socket_check_ns_ = now;
+      work += service_sockets(0);
+    }
+    if (now - last_heartbeat_ns_ >= kHeartbeatNs) {
+      last_heartbeat_ns_ = now;
+      heartbeat();
+    }
+    if (work > 0) {
+      idle_.reset();
+      continue;
+    }
+    const bool network_busy = transport_.in_flight() > 0;
+    switch (idle_.next(0)) {
+      case ipc::IdleStrategy::Phase::kSpin:
+        ipc::cpu_relax();
+        break;
+      case ipc::IdleStrategy::Phase::kYield:
+        sched_yield();
+        break;
+      case ipc::IdleStrategy::Phase::kPark:
+        if (network_busy) {
+          // MPI only progresses inside MPI calls: sleep briefly rather than leave the network.
+          idle_.idle(0);
+        } else {
+          deep_park();
+        }
+        break;
+    }
+  }
+  NC_LOG(kInfo, "stopping: {} client(s) attached", clients_.size());
+  return 0;
+}
+
+size_t Daemon::do_work() {
+  if (!job_) return 0;
+  size_t work = 0;
+  if (job_->state == Job::State::kForming) work += progress_formation(*job_);
+  if (job_->state == Job::State::kRunning || engine_.has_inter_node_work()) {
+    work += engine_.poll(*job_);
+    for (ClientSession* member : job_->members) {
+      if (member != nullptr && !member->violation.empty() &&
+          member->state() != ClientSession::State::kClosed) {
+        drop(*member, "protocol violation: " + member->violation);
+        ++work;
+      }
+    }
+  }
+  return work;
+}
+
+void Daemon::deep_park() {
+  // Tell every client we are about to sleep, then look once more: a submission published
+  // before a client saw the flag is caught here, one published after makes it send a wake.
+  for (auto& [id, client] : clients_) client->set_daemon_parked(true);
+  if (do_work() > 0) {
+    for (auto& [id, client] : clients_) client->set_daemon_parked(false);
+    idle_.reset();
+    return;
+  }
+  parked_ = true;
+  service_sockets(kParkTimeoutMs);
+  parked_ = false;
+  for (auto& [id, client] : clients_) client->set_daemon_parked(false);
+  heartbeat();
+}
+
+void Daemon::heartbeat() {
+  const uint64_t now = ipc::monotonic_ns();
+  for (auto& [id, client] : clients_) client->heartbeat(now);
+}
+
+size_t Daemon::service_sockets(int timeout_ms) {
+  epoll_event events[64];
+  const int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout_ms);
+  size_t work = 0;
+  for (int i = 0; i < n; ++i) {
+    ++work;
+    if (events[i].data.u64 == kListenTag) {
+      accept_clients();
+      continue;
+    }
+    auto it = clients_.find(static_cast<uint32_t>(events[i].data.u64));
+    if (it != clients_.end() && it->second->state() != ClientSession::State::kClosed) {
+      on_readable(*it->second);
+    }
+  }
+  reap();
+  return work;
+}
+
+void Daemon::accept_clients() {
+  for (;;) {
+    ipc::Fd fd = ipc::accept_unix(listen_fd_.get());
+    if (!fd.valid()) return;
+    const auto cred = ipc::peer_credentials(fd.get());
+    if (!cred) continue;
+    const uint32_t id = next_client_id_++;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
+    NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
+    clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
+    if (clients_.size() > config_.max_clients) {
+      reply_hello_error(*clients_[id], proto::Status::kQueueFull,
+                        fmt::format("nodecommd instance '{}' already serves {} clients (the limit, "
+                                    "--max-clients)",
+                                    config_.instance, config_.max_clients));
+    }
+  }
+}
+
+void Daemon::on_readable(ClientSession& client) {
+  alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
+  for (;;) {
+    size_t size = 0;
+    const ipc::IoResult r = ipc::recv_message(client.fd(), buffer, sizeof(buffer), size);
+    if (r == ipc::IoResult::kWouldBlock) return;
+    if (r != ipc::IoResult::kOk) {
+      drop(client, "closed its control socket (the process exited or crashed)");
+      return;
+    }
+    uint32_t type = 0;
+    if (size >= sizeof(type)) std::memcpy(&type, buffer, sizeof(type));
+    const auto kind = static_cast<proto::ControlType>(type);
+    if (kind == proto::ControlType::kWake && size == sizeof(proto::Wake)) continue;
+    if (kind == proto::ControlType::kHello && size == sizeof(proto::Hello) &&
+        client.state() == ClientSession::State::kHello) {
+      proto::Hello hello;
+      std::memcpy(&hello, buffer, sizeof(hello));
+      on_hello(client, hello);
+    } else if (kind == proto::ControlType::kMapped && size == sizeof(proto::Mapped) &&
+               client.state() == ClientSession::State::kMapping) {
+      on_mapped(client);
+    } else if (kind == proto::ControlType::kBye && size == sizeof(proto::Bye)) {
+      drop(client, "called finalize");
+      return;
+    } else {
+      drop(client, fmt::format("protocol violation: unexpected control message type {} of {} "
+                               "bytes",
+                               type, size));
+      return;
+    }
+    if (client.state() == ClientSession::State::kClosed) return;
+  }
+}
+
+void Daemon::reply_hello_error(ClientSession& client, proto::Status status, const std::string& text) {
+  proto::HelloReply reply{};
+  reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
+  reply.status = static_cast<int32_t>(status);
+  copy_text(reply.message, text);
+  ipc::send_message(client.fd(), &reply, sizeof(reply));
+  NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
+  drop(client, "refused at attach");
+}
+
+void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
+  using proto::Status;
+  if (hello.magic != proto::kControlMagic || hello.layout_version != proto::kLayoutVersion) {
+    return reply_hello_error(client, Status::kProtocol,
+                             fmt::format("client speaks layout version {}, nodecommd speaks {}",
+                                         hello.layout_version, proto::kLayoutVersion));
+  }
+  if (!terminated(hello.job) || hello.job[0] == '\0') {
+    return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
+  }
+  const std::string job_name = hello.job;
+  if (hello.local_size == 0 || hello.local_size > proto::kLocalSizeLimit ||
+      hello.local_rank >= hello.local_size) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("local rank {} of local size {} (size must be 1..{})",
+                                         hello.local_rank, hello.local_size,
+                                         proto::kLocalSizeLimit));
+  }
+  const uint64_t arena = hello.arena_bytes == 0 ? config_.default_arena_bytes : hello.arena_bytes;
+  if (arena > config_.max_arena_bytes) {
+    return reply_hello_error(client, Status::kNoMemory,
+                             fmt::format("arena of {} bytes requested; this daemon allows at most "
+                                         "{} (--max-arena)",
+                                         arena, config_.max_arena_bytes));
+  }
+  if (!job_) job_ = std::make_unique<Job>(job_name, hello.local_size);
+  Job& job = *job_;
+  if (job.name != job_name) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("this daemon is serving job '{}'; job '{}' must wait "
+                                         "until it ends",
+                                         job.name, job_name));
+  }
+  if (job.state != Job::State::kAttaching) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("job '{}' has already formed; local rank {} came too late",
+                                         job_name, hello.local_rank));
+  }
+  if (job.local_size != hello.local_size) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("job '{}' has {} local ranks on this node, but local rank "
+                                         "{} says {}",
+                                         job_name, job.local_size, hello.local_rank,
+                                         hello.local_size));
+  }
+  if (ClientSession* other = job.members[hello.local_rank]; other != nullptr) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("local rank {} of job '{}' is already attached by pid {}",
+                                         hello.local_rank, job_name, other->cred().pid));
+  }
+  for (ClientSession* other : job.members) {
+    if (other != nullptr && other->cred().uid != client.cred().uid) {
+      return reply_hello_error(client, Status::kPermission,
+                               fmt::format("job '{}' belongs to uid {}; uid {} may not join it",
+                                           job_name, other->cred().uid, client.cred().uid));
+    }
+  }
+
+  const std::string name =
+      fmt::format("{}{}.{}", ipc::segment_prefix(config_.instance), client.id(), client.cred().pid);
+  try {
+    ipc::SegmentSpec spec;
+    spec.submit_capacity = config_.ring_capacity;
+    spec.complete_capacity = config_.ring_capacity;
+    spec.arena_bytes = proto::align_up(arena, proto::kArenaAlignment);
+    client.attach_segment(ipc::Segment::create(name, spec, client.id(), hello.local_rank,
+                                               client.cred().uid, client.cred().gid),
+                          name);
+  } catch (const std::exception& e) {
+    return reply_hello_error(client, Status::kNoMemory, e.what());
+  }
+  client.job = &job;
+  client.local_rank = hello.local_rank;
+  job.members[hello.local_rank] = &client;
+  client.set_state(ClientSession::State::kMapping);
+
+  proto::HelloReply reply{};
+  reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
+  reply.status = static_cast<int32_t>(Status::kOk);
+  reply.segment_bytes = client.segment().size();
+  copy_text(reply.segment_name, name);
+  if (ipc::send_message(client.fd(), &reply, sizeof(reply)) != ipc::IoResult::kOk) {
+    drop(client, "could not be sent its segment name");
+  }
+}
+
+void Daemon::on_mapped(ClientSession& client) {
+  client.unlink_segment_name();
+  client.set_state(ClientSession::State::kJoined);
+  Job& job = *client.job;
+  ++job.attached;
+  NC_LOG(kDebug, "job {}: local rank {} attached (pid {}), {}/{}", job.name, client.local_rank,
+         client.cred().pid, job.attached, job.local_size);
+  if (!job.all_attached()) return;
+  // Every local rank is here: exchange local counts with the other daemons to place the
+  // node's ranks in the world (world rank = node offset + local rank).
+  job.node_index = transport_.node_index();
+  job.node_count = transport_.node_count();
+  job.mine = Job::NodeRecord{XXH3_64bits(job.name.data(), job.name.size()), job.local_size,
+                             job.node_index};
+  job.gathered.assign(job.node_count, Job::NodeRecord{});
+  try {
+    job.formation = transport_.start_allgather(&job.mine, sizeof(Job::NodeRecord), job.gathered.data());
+    job.state = Job::State::kForming;
+  } catch (const TransportError& e) {
+    job.state = Job::State::kFailed;
+    send_job_ready(job, proto::Status::kPeerLost, e.what());
+  }
+}
+
+size_t Daemon::progress_formation(Job& job) {
+  try {
+    if (!transport_.test(job.formation)) return 0;
+  } catch (const TransportError& e) {
+    job.state = Job::State::kFailed;
+    send_job_ready(job, proto::Status::kPeerLost,
+                   fmt::format("job '{}' could not form: {}", job.name, e.what()));
+    return 1;
+  }
+  job.formation = 0;
+  uint32_t offset = 0;
+  uint32_t total = 0;
+  for (const Job::NodeRecord& r : job.gathered) {
+    if (r.job_hash != job.mine.job_hash) {
+      job.state = Job::State::kFailed;
+      send_job_ready(job, proto::Status::kMismatch,
+                     fmt::format("node {} is running a different job than '{}' on node {}; every "
+                                 "node must use the same NODECOMM_JOB",
+                                 r.node_index, job.name, job.node_index));
+      return 1;
+    }
+    if (r.node_index < job.node_index) offset += r.local_size;
+    total += r.local_size;
+  }
+  job.world_offset = offset;
+  job.world_size = total;
+  for (ClientSession* member : job.members) member->world_rank = job.world_rank_of(member->local_rank);
+  job.state = Job::State::kRunning;
+  NC_LOG(kInfo, "job {} formed: {} ranks on {} nodes; this node hosts ranks {}..{}", job.name,
+         job.world_size, job.node_count, offset, offset + job.local_size - 1);
+  send_job_ready(job, proto::Status::kOk, {});
+  return 1;
+}
+
+void Daemon::send_job_ready(Job& job, proto::Status status, const std::string& text) {
+  for (ClientSession* member : job.members) {
+    if (member == nullptr || member->state() == ClientSession::State::kClosed) continue;
+    proto::JobReady ready{};
+    ready.type = static_cast<uint32_t>(proto::ControlType::kJobReady);
+    ready.status = static_cast<int32_t>(status);
+    ready.world_rank = member->world_rank;
+    ready.world_size = job.world_size;
+    ready.node_index = job.node_index;
+    ready.node_count = job.node_count;
+    ready.local_rank = member->local_rank;
+    ready.local_size = job.local_size;
+    copy_text(ready.message, text);
+    if (ipc::send_message(member->fd(), &ready, sizeof(ready)) != ipc::IoResult::kOk) {
+      drop(*member, "could not be told its world placement");
+    }
+  }
+  if (status != proto::Status::kOk) NC_LOG(kError, "job {}: {}", job.name, text);
+}
+
+void Daemon::drop(ClientSession& client, const std::string& why) {
+  if (client.state() == ClientSession::State::kClosed) return;
+  const bool was_joined = client.state() == ClientSession::State::kJoined;
+  client.set_state(ClientSession::State::kClosed);
+  client.unlink_segment_name();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, client.fd(), nullptr);
+  Job* job = client.job;
+  const bool loss = job != nullptr && job->state == Job::State::kRunning && why != "called finalize";
+  Log::get().write(loss ? LogLevel::kWarn : LogLevel::kDebug, "client {} (pid {}, local rank {}) {}", client.id(), client.cred().pid,
+                   client.local_rank, why);
+  if (job == nullptr) return;
+  if (job->state == Job::State::kAttaching) {
+    // Not formed yet: free the slot so a restarted rank can take it.
+    if (job->members[client.local_rank] == &client) job->members[client.local_rank] = nullptr;
+    if (was_joined) --job->attached;
+    client.job = nullptr;
+  } else {
+    engine_.member_lost(*job, client, why);
+  }
+}
+
+void Daemon::reap() {
+  if (job_) {
+    bool any_live = false;
+    for (ClientSession* member : job_->members) {
+      any_live = any_live || (member != nullptr && member->state() != ClientSession::State::kClosed);
+    }
+    const bool busy = job_->formation != 0 || engine_.has_inter_node_work();
+    if (!any_live && !busy) {
+      if (job_->state != Job::State::kAttaching) NC_LOG(kInfo, "job {} ended", job_->name);
+      for (ClientSession* member : job_->members) {
+        if (member != nullptr) member->job = nullptr;
+      }
+      job_.reset();
+    }
+  }
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (it->second->state() == ClientSession::State::kClosed && it->second->job == nullptr) {
+      it = clients_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,75 @@
+// nodecommd's main loop. One thread runs two duties, as Aeron's "shared" threading mode does:
+// the conductor (control socket: attach, job formation, wake-ups, liveness) and the engine
+// (rings, matching, reduction, network). On small nodes that are oversubscribed by training
+// processes, one polling thread that backs off is cheaper than two that compete.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "client_session.hpp"
+#include "config.hpp"
+#include "engine.hpp"
+#include "job.hpp"
+#include "nodecomm/ipc/idle.hpp"
+#include "nodecomm/ipc/socket.hpp"
+#include "nodecomm/proto/control.hpp"
+#include "staging.hpp"
+#include "transport.hpp"
+
+namespace nodecomm::daemon {
+
+class Daemon {
+ public:
+  Daemon(DaemonConfig config, Transport& transport);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Creates the runtime directory, takes the instance lock, listens, and writes the ready
+  // file. Throws std::runtime_error with the path and the reason.
+  void start();
+  // Serves clients until `stop` becomes true. Returns the process exit code.
+  int run(const std::atomic<bool>& stop);
+
+  const std::string& socket_path() const { return socket_path_; }
+  const std::string& runtime_dir() const { return runtime_dir_; }
+
+ private:
+  size_t do_work();
+  size_t service_sockets(int timeout_ms);
+  void accept_clients();
+  void on_readable(ClientSession& client);
+  void on_hello(ClientSession& client, const proto::Hello& hello);
+  void on_mapped(ClientSession& client);
+  void reply_hello_error(ClientSession& client, proto::Status status, const std::string& text);
+  void drop(ClientSession& client, const std::string& why);
+  size_t progress_formation(Job& job);
+  void send_job_ready(Job& job, proto::Status status, const std::string& text);
+  void reap();
+  void deep_park();
+  void heartbeat();
+
+  DaemonConfig config_;
+  Transport& transport_;
+  StagingPool staging_;
+  Engine engine_;
+  ipc::IdleStrategy idle_;
+  std::string runtime_dir_;
+  std::string socket_path_;
+  std::string ready_path_;
+  ipc::Fd lock_fd_;
+  ipc::Fd listen_fd_;
+  ipc::Fd epoll_fd_;
+  uint32_t next_client_id_ = 1;
+  std::map<uint32_t, std::unique_ptr<ClientSession>> clients_;
+  std::unique_ptr<Job> job_;
+  uint64_t last_socket_check_ns_ = 0;
+  uint64_t last_heartbeat_ns_ = 0;
+  bool parked_ = false;
+};
+
+}  // namespace nodecomm::daemon

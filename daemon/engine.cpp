@@ -1,0 +1,291 @@
+#include "engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "client_session.hpp"
+#include "log.hpp"
+#include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/validate.hpp"
+#include "reduce.hpp"
+
+namespace nodecomm::daemon {
+
+using proto::DType;
+using proto::RedOp;
+using proto::Status;
+
+namespace {
+constexpr size_t kDrainBatch = 64;      // submissions taken from one client per pass
+constexpr size_t kMaxInterNodePerComm = 16;  // operations in the network at once per comm
+
+bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
+std::string who(const Job& job, const ClientSession& member) {
+  return fmt::format("rank {} (node {}, local rank {}, pid {})", member.world_rank, job.node_index,
+                     member.local_rank, member.cred().pid);
+}
+
+void copy_message(char (&dst)[proto::kCompletionMessageBytes], const std::string& text) {
+  const size_t n = std::min(text.size(), sizeof(dst) - 1);
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+}  // namespace
+
+size_t Engine::poll(Job& job) {
+  size_t work = 0;
+  for (ClientSession* member : job.members) {
+    if (member != nullptr && member->state() == ClientSession::State::kJoined) {
+      work += drain(job, *member);
+    }
+  }
+  work += progress(job, job.world);
+  for (ClientSession* member : job.members) {
+    if (member != nullptr) work += member->flush();
+  }
+  return work;
+}
+
+size_t Engine::drain(Job& job, ClientSession& member) {
+  size_t taken = 0;
+  proto::OpDescriptor desc;
+  const uint64_t now = ipc::monotonic_ns();
+  while (taken < kDrainBatch && member.violation.empty()) {
+    const ipc::RingResult r = member.submissions().try_pop(desc);
+    if (r == ipc::RingResult::kEmpty) break;
+    if (r == ipc::RingResult::kCorrupt) {
+      member.violation = fmt::format(
+          "{}: submission ring position is impossible (consumed {}, capacity {}); the producer "
+          "position ran ahead or backwards",
+          who(job, member), member.submissions().position(), member.segment().header().submit_capacity);
+      break;
+    }
+    ++taken;
+    accept(job, member, desc, now);
+  }
+  return taken;
+}
+
+void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now) {
+  Communicator& comm = job.world;
+  if (desc.comm_id != comm.id()) {
+    fail_one(member, desc, Status::kInvalidArgument,
+             fmt::format("{} seq {}: unknown communicator {}", who(job, member), desc.seq,
+                         desc.comm_id));
+    return;
+  }
+  uint64_t& expected = member.next_seq.try_emplace(comm.id(), 1).first->second;
+  if (desc.seq != expected) {
+    member.violation = fmt::format("{}: submitted seq {} on comm {}, expected seq {}",
+                                   who(job, member), desc.seq, comm.id(), expected);
+    return;
+  }
+  ++expected;
+  const ipc::Verdict verdict = ipc::validate_descriptor(
+      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count});
+  if (!verdict.ok()) {
+    // The other members cannot complete this sequence number without this rank, so the
+    // communicator fails for all of them, naming the culprit.
+    const std::string text = fmt::format("{} {} seq {}: {}", who(job, member),
+                                         describe_submission(desc), desc.seq, verdict.message);
+    fail_one(member, desc, verdict.status, text);
+    comm.poison(Status::kPeerLost, "invalid operation from " + text);
+    return;
+  }
+  if (comm.poisoned()) {
+    fail_one(member, desc, comm.poison_status(),
+             fmt::format("{} seq {} not run: {}", describe_submission(desc), desc.seq,
+                         comm.poison_reason()));
+    return;
+  }
+  Operation& op = comm.add(member.local_rank, Submission{desc, now});
+  if (op.arrived < comm.local_size()) return;
+  if (const std::string diff = describe_disagreement(op, job.world_offset); !diff.empty()) {
+    const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
+    complete(job, op, Status::kMismatch, text);
+    comm.poison(Status::kMismatch, text);
+    return;
+  }
+  op.phase = Operation::Phase::kReady;
+}
+
+size_t Engine::progress(Job& job, Communicator& comm) {
+  size_t work = 0;
+  size_t in_network = 0;
+  auto& ops = comm.ops();
+  for (auto it = ops.begin(); it != ops.end();) {
+    Operation& op = it->second;
+    if (op.phase == Operation::Phase::kGathering) {
+      if (!comm.poisoned()) break;  // later operations must not overtake it on the network
+      complete(job, op, comm.poison_status(),
+               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                           comm.poison_reason()));
+    }
+    try {
+      if (op.phase == Operation::Phase::kReady) {
+        if (comm.poisoned()) {
+          complete(job, op, comm.poison_status(),
+                   fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                               comm.poison_reason()));
+        } else if (in_network < kMaxInterNodePerComm) {
+          start(job, op);
+          ++work;
+        } else {
+          break;
+        }
+      }
+      if (op.phase == Operation::Phase::kInterNode) {
+        if (transport_.test(op.handle)) {
+          --inter_node_ops_;
+          finish(job, op);
+          ++work;
+        } else {
+          ++in_network;
+        }
+      }
+    } catch (const TransportError& e) {
+      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
+      staging_.release(op.staging);
+      op.staging = {};
+      const std::string text = fmt::format("{} seq {} failed between nodes: {}",
+                                           describe_submission(op.first()), op.seq, e.what());
+      complete(job, op, Status::kPeerLost, text);
+      comm.poison(Status::kPeerLost, text);
+    }
+    if (op.phase == Operation::Phase::kDone) {
+      it = ops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return work;
+}
+
+void Engine::reduce_locally(Job& job, Operation& op, void* dst, bool widen) {
+  const proto::OpDescriptor& d = op.first();
+  const auto dtype = static_cast<DType>(d.dtype);
+  const RedOp redop = static_cast<RedOp>(d.redop) == RedOp::kAvg ? RedOp::kSum
+                                                                  : static_cast<RedOp>(d.redop);
+  std::vector<const void*> srcs;
+  srcs.reserve(op.slots.size());
+  for (size_t local = 0; local < op.slots.size(); ++local) {
+    srcs.push_back(job.members[local]->segment().arena() + op.slots[local]->desc.send_offset);
+  }
+  if (d.count == 0) return;
+  if (widen) {
+    reduce_widen(dtype, redop, static_cast<float*>(dst), srcs.data(), srcs.size(), d.count);
+  } else {
+    reduce(dtype, redop, dst, srcs.data(), srcs.size(), d.count);
+  }
+}
+
+void Engine::start(Job& job, Operation& op) {
+  const proto::OpDescriptor& d = op.first();
+  const auto dtype = static_cast<DType>(d.dtype);
+  const auto redop = static_cast<RedOp>(d.redop);
+  const bool widen = is_half(dtype);
+  const DType wire = widen ? DType::kF32 : dtype;
+  const bool single_node = job.node_count == 1;
+
+  if (single_node && !(widen && redop == RedOp::kAvg)) {
+    // Reduce straight into rank 0's receive buffer; no staging copy.
+    void* result = job.members[0]->segment().arena() + op.slots[0]->desc.recv_offset;
+    reduce_locally(job, op, result, false);
+    if (redop == RedOp::kAvg && d.count > 0) divide_by(dtype, result, d.count, job.world_size);
+    deliver(job, op, result);
+    complete(job, op, Status::kOk, {});
+    return;
+  }
+  op.staging = staging_.acquire(std::max<size_t>(1, d.count * proto::dtype_size(wire)));
+  reduce_locally(job, op, op.staging.data, widen);
+  if (single_node) {
+    finish(job, op);
+    return;
+  }
+  op.handle = transport_.start_allreduce(op.staging.data, d.count, wire,
+                                         redop == RedOp::kAvg ? RedOp::kSum : redop);
+  op.phase = Operation::Phase::kInterNode;
+  ++inter_node_ops_;
+}
+
+void Engine::finish(Job& job, Operation& op) {
+  const proto::OpDescriptor& d = op.first();
+  const auto dtype = static_cast<DType>(d.dtype);
+  const bool widen = is_half(dtype);
+  const DType wire = widen ? DType::kF32 : dtype;
+  if (static_cast<RedOp>(d.redop) == RedOp::kAvg && d.count > 0) {
+    divide_by(wire, op.staging.data, d.count, job.world_size);
+  }
+  const void* result = op.staging.data;
+  if (widen && d.count > 0) {
+    void* first = job.members[0]->segment().arena() + op.slots[0]->desc.recv_offset;
+    narrow_from_f32(dtype, first, static_cast<const float*>(op.staging.data), d.count);
+    result = first;
+  }
+  deliver(job, op, result);
+  staging_.release(op.staging);
+  op.staging = {};
+  complete(job, op, Status::kOk, {});
+}
+
+void Engine::deliver(Job& job, Operation& op, const void* result) {
+  const proto::OpDescriptor& d = op.first();
+  const size_t bytes = d.count * proto::dtype_size(static_cast<DType>(d.dtype));
+  for (size_t local = 0; local < op.slots.size(); ++local) {
+    ClientSession* member = job.members[local];
+    if (member == nullptr || member->state() == ClientSession::State::kClosed) continue;
+    void* recv = member->segment().arena() + op.slots[local]->desc.recv_offset;
+    if (recv != result && bytes > 0) std::memcpy(recv, result, bytes);
+  }
+}
+
+void Engine::complete(Job& job, Operation& op, Status status, const std::string& message) {
+  const uint64_t now = ipc::monotonic_ns();
+  for (size_t local = 0; local < op.slots.size(); ++local) {
+    ClientSession* member = job.members[local];
+    if (!op.slots[local] || member == nullptr) continue;
+    proto::Completion c{};
+    c.correlation_id = op.slots[local]->desc.correlation_id;
+    c.seq = op.seq;
+    c.status = static_cast<int32_t>(status);
+    c.comm_id = op.slots[local]->desc.comm_id;
+    c.elapsed_ns = now - op.last_arrival_ns;
+    copy_message(c.message, message);
+    member->complete(c);
+  }
+  if (status != Status::kOk) {
+    NC_LOG(kWarn, "job {}: {} seq {} failed: {}", job.name, describe_submission(op.first()), op.seq,
+           message);
+  }
+  op.phase = Operation::Phase::kDone;
+}
+
+void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, Status status,
+                      const std::string& message) {
+  proto::Completion c{};
+  c.correlation_id = desc.correlation_id;
+  c.seq = desc.seq;
+  c.status = static_cast<int32_t>(status);
+  c.comm_id = desc.comm_id;
+  copy_message(c.message, message);
+  member.complete(c);
+  NC_LOG(kWarn, "client {} (pid {}): {}", member.id(), member.cred().pid, message);
+}
+
+void Engine::member_lost(Job& job, ClientSession& lost, const std::string& why) {
+  const std::string reason = fmt::format("{} was lost: {}", who(job, lost), why);
+  job.world.poison(Status::kPeerLost, reason);
+  for (auto& [seq, op] : job.world.ops()) {
+    if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
+      complete(job, op, Status::kPeerLost,
+               fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
+                           reason));
+    }
+  }
+}
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,53 @@
+// The engine: drains running jobs' submission rings, matches operations, reduces the node's
+// buffers, drives the inter-node part through the Transport, and delivers results.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "job.hpp"
+#include "staging.hpp"
+#include "transport.hpp"
+
+namespace nodecomm::daemon {
+
+class ClientSession;
+
+struct EngineLimits {
+  uint64_t max_count = uint64_t{1} << 34;
+};
+
+class Engine {
+ public:
+  Engine(Transport& transport, StagingPool& staging, EngineLimits limits = {})
+      : transport_(transport), staging_(staging), limits_(limits) {}
+
+  // One pass over a running job: new submissions, then progress. Returns work done.
+  size_t poll(Job& job);
+  // A member is gone: every operation still gathering fails for all remaining members and so
+  // does everything they submit later. Inter-node operations already started run to the end,
+  // because the other daemons are in them too.
+  void member_lost(Job& job, ClientSession& lost, const std::string& why);
+  // A client broke the ring protocol; it is told why and the caller drops it.
+  bool has_inter_node_work() const { return inter_node_ops_ > 0; }
+
+ private:
+  size_t drain(Job& job, ClientSession& member);
+  void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
+  size_t progress(Job& job, Communicator& comm);
+  void start(Job& job, Operation& op);
+  void finish(Job& job, Operation& op);
+  void reduce_locally(Job& job, Operation& op, void* dst, bool widen);
+  void deliver(Job& job, Operation& op, const void* result);
+  void complete(Job& job, Operation& op, proto::Status status, const std::string& message);
+  void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
+                const std::string& message);
+
+  Transport& transport_;
+  StagingPool& staging_;
+  EngineLimits limits_;
+  size_t inter_node_ops_ = 0;
+};
+
+}  // namespace nodecomm::daemon

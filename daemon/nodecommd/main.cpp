@@ -1,0 +1,62 @@
+// nodecommd: parse flags, bring up the transport (MPI), pin, serve until SIGTERM/SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "affinity.hpp"
+#include "config.hpp"
+#include "daemon.hpp"
+#include "log.hpp"
+#include "reduce.hpp"
+#include "transport.hpp"
+
+namespace {
+std::atomic<bool> g_stop{false};
+
+extern "C" void on_stop_signal(int) {
+  // relaxed: only a flag; the main loop polls it.
+  g_stop.store(true, std::memory_order_relaxed);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace nodecomm::daemon;
+  DaemonConfig config = parse_config(argc, argv);  // exits 2 on a bad flag, before MPI starts
+
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<Transport> transport = config.transport == "mpi"
+                                             ? make_mpi_transport(&argc, &argv)
+                                             : make_loopback_transport();
+  const uint32_t node = transport->node_index();
+  config.instance = expand_node(config.instance, node);
+  config.runtime_dir = expand_node(config.runtime_dir, node);
+  Log::get().set_level(config.log_level);
+  Log::get().set_context(fmt::format("{} node {}/{}", config.instance, node, transport->node_count()));
+
+  if (!config.cores.empty()) {
+    if (const std::string error = pin_to_cores(config.cores); !error.empty()) {
+      NC_LOG(kError, "{}", error);
+      return 2;
+    }
+  }
+  int status = 0;
+  try {
+    Daemon daemon(config, *transport);
+    daemon.start();
+    NC_LOG(kDebug, "reduction kernels: {}", reduction_target());
+    status = daemon.run(g_stop);
+  } catch (const std::exception& e) {
+    NC_LOG(kError, "{}", e.what());
+    status = 1;
+  }
+  transport.reset();  // MPI_Finalize after every client is gone
+  return status;
+}

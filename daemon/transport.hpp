@@ -1,0 +1,55 @@
+// The narrow interface between the daemon's engine and the network between daemons.
+//
+// The engine knows nothing of MPI: it asks a Transport to start an inter-node operation on a
+// daemon-private buffer and polls it. The MPI implementation (transport_mpi.cpp) is the only
+// code that includes mpi.h; the loopback implementation lets unit tests run the same engine
+// in one process. New inter-node algorithms (pipelined rings over several endpoints) go
+// behind this interface without touching the client API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "nodecomm/proto/types.hpp"
+
+namespace nodecomm::daemon {
+
+using TransportHandle = uint64_t;
+
+class TransportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual uint32_t node_index() const = 0;
+  virtual uint32_t node_count() const = 0;
+  virtual std::string name() const = 0;
+
+  // Reduces `count` elements of `buffer` in place across all nodes. `buffer` must stay valid
+  // and untouched until test() reports completion. Operations are matched across nodes by
+  // the order in which they are started, so every daemon must start them in the same order.
+  virtual TransportHandle start_allreduce(void* buffer, size_t count, proto::DType dtype,
+                                          proto::RedOp op) = 0;
+  // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
+  virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
+  // True once the operation is complete (the handle is then released). Throws TransportError.
+  virtual bool test(TransportHandle handle) = 0;
+  // Operations started and not yet reported complete.
+  virtual size_t in_flight() const = 0;
+};
+
+// A single node: every operation is complete as soon as it starts.
+std::unique_ptr<Transport> make_loopback_transport();
+
+// Initialises MPI (MPI_THREAD_FUNNELED) and returns a transport over MPI_COMM_WORLD, one
+// rank per node. Finalizes MPI when destroyed.
+std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv);
+
+}  // namespace nodecomm::daemon
