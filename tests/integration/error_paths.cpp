@@ -1,0 +1,131 @@
+// Error paths run under nodecomm-launch. Each mode makes the ranks misbehave in one way and
+// exits 0 only if every rank saw the error it should, with a message naming the culprit.
+//
+//   error_paths mismatch     ranks post different counts for the same sequence number
+//   error_paths peer-exit    the last rank exits without finalizing while the others wait
+//   error_paths local-checks bad arguments are refused by the library before reaching the daemon
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "nodecomm.h"
+
+namespace {
+
+int expect(bool ok, int rank, const char* what, const char* detail) {
+  if (ok) return 0;
+  std::fprintf(stderr, "error_paths rank %d: expected %s; got: %s\n", rank, what, detail);
+  return 1;
+}
+
+bool contains(const char* text, const char* words) { return std::strstr(text, words) != nullptr; }
+
+int mismatch(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  float* buf = nullptr;
+  if (nc_alloc(ctx, 64 * sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  const size_t count = rank == 0 ? 7 : 8;  // rank 0 disagrees with everyone else
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, buf, buf, count, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+    return expect(false, rank, "a posted allreduce", nc_last_error());
+  }
+  const nc_status_t s = nc_wait(ctx, req);
+  int bad = expect(s == NC_ERR_MISMATCH, rank, "NC_ERR_MISMATCH", nc_status_string(s));
+  bad += expect(contains(nc_last_error(), "rank 0 posted allreduce f32 sum count 7"), rank,
+                "the message to list rank 0's submission", nc_last_error());
+  // The communicator is unusable after a mismatch: later operations fail at once, not hang.
+  if (nc_allreduce(ctx, buf, buf, 4, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) == NC_OK) {
+    const nc_status_t s2 = nc_wait(ctx, req);
+    bad += expect(s2 == NC_ERR_MISMATCH, rank, "later operations to fail too", nc_last_error());
+  }
+  return bad;
+}
+
+int peer_exit(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int size = nc_world_size(ctx);
+  if (rank == size - 1) _exit(0);  // vanish without finalize
+  double* buf = nullptr;
+  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+    return expect(false, rank, "a posted allreduce", nc_last_error());
+  }
+  const nc_status_t s = nc_wait(ctx, req);
+  if (nc_node_index(ctx) != nc_node_count(ctx) - 1) {
+    // Ranks on other nodes: their daemon cannot know yet (cross-node failure propagation
+    // is the reliability issue's work); they time out instead of hanging.
+    return expect(s == NC_ERR_TIMEOUT || s == NC_ERR_PEER_LOST, rank, "timeout or peer lost",
+                  nc_last_error());
+  }
+  int bad = expect(s == NC_ERR_PEER_LOST, rank, "NC_ERR_PEER_LOST", nc_status_string(s));
+  const std::string lost = "rank " + std::to_string(size - 1);
+  bad += expect(contains(nc_last_error(), lost.c_str()), rank, "the lost rank to be named",
+                nc_last_error());
+  return bad;
+}
+
+int local_checks(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  int bad = 0;
+  nc_request_t req = 0;
+  float x = 0;
+  bad += expect(nc_allreduce(ctx, &x, &x, 1, static_cast<nc_dtype_t>(99), NC_SUM, NC_COMM_WORLD,
+                             nullptr, &req) == NC_ERR_INVALID_ARGUMENT,
+                rank, "unknown dtype refused", nc_last_error());
+  int32_t i = 0;
+  bad += expect(nc_allreduce(ctx, &i, &i, 1, NC_I32, NC_AVG, NC_COMM_WORLD, nullptr, &req) ==
+                    NC_ERR_INVALID_ARGUMENT,
+                rank, "avg on i32 refused", nc_last_error());
+  bad += expect(contains(nc_last_error(), "avg"), rank, "message naming avg", nc_last_error());
+  void* p = nullptr;
+  bad += expect(nc_alloc(ctx, size_t{1} << 40, &p) == NC_ERR_NO_MEMORY, rank,
+                "oversized nc_alloc refused", nc_last_error());
+  bad += expect(nc_free(ctx, &x) == NC_ERR_INVALID_ARGUMENT, rank, "foreign nc_free refused",
+                nc_last_error());
+  bad += expect(nc_test(ctx, 12345) == NC_ERR_INVALID_ARGUMENT, rank, "unknown request refused",
+                nc_last_error());
+  // A valid operation still works afterwards: refusals did not consume sequence numbers.
+  float* buf = nullptr;
+  if (nc_alloc(ctx, sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) return bad + 1;
+  *buf = 1.0f;
+  if (nc_allreduce(ctx, buf, buf, 1, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
+      nc_wait(ctx, req) != NC_OK) {
+    return bad + expect(false, rank, "a good allreduce after refusals", nc_last_error());
+  }
+  bad += expect(*buf == static_cast<float>(nc_world_size(ctx)), rank, "the right sum", "wrong sum");
+  return bad;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|local-checks\n");
+    return 2;
+  }
+  nc_init_options_t opts;
+  nc_init_options_default(&opts);
+  if (std::strcmp(argv[1], "peer-exit") == 0) opts.timeout_sec = 8;
+  nc_context_t* ctx = nullptr;
+  if (nc_init(&opts, &ctx) != NC_OK) {
+    std::fprintf(stderr, "error_paths: nc_init: %s\n", nc_last_error());
+    return 1;
+  }
+  int bad = 0;
+  if (std::strcmp(argv[1], "mismatch") == 0) {
+    bad = mismatch(ctx);
+  } else if (std::strcmp(argv[1], "peer-exit") == 0) {
+    bad = peer_exit(ctx);
+  } else if (std::strcmp(argv[1], "local-checks") == 0) {
+    bad = local_checks(ctx);
+  } else {
+    std::fprintf(stderr, "error_paths: unknown mode %s\n", argv[1]);
+    bad = 2;
+  }
+  if (bad == 0) std::printf("error_paths %s: rank %d saw the expected errors\n", argv[1], nc_world_rank(ctx));
+  nc_finalize(ctx);
+  return bad == 0 ? 0 : 1;
+}

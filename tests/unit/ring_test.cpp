@@ -1,0 +1,155 @@
+// SPSC ring: wrap-around, full and empty, hostile positions, and a two-process stress test
+// over a real MAP_SHARED mapping.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nodecomm/ipc/ring.hpp"
+
+namespace nodecomm::ipc {
+namespace {
+
+struct Entry {
+  uint64_t seq;
+  uint64_t check;
+};
+
+struct Shared {
+  proto::RingHeader header;
+  Entry slots[8];
+};
+
+TEST(Ring, WrapsAroundManyTimesInOrder) {
+  Shared s{};
+  RingProducer<Entry> producer(&s.header, s.slots, 8);
+  RingConsumer<Entry> consumer(&s.header, s.slots, 8);
+  uint64_t next_in = 0;
+  uint64_t next_out = 0;
+  for (int round = 0; round < 1000; ++round) {
+    const int burst = 1 + round % 8;
+    for (int i = 0; i < burst; ++i) {
+      ASSERT_EQ(producer.try_push(Entry{next_in, ~next_in}), RingResult::kOk);
+      ++next_in;
+    }
+    Entry e{};
+    for (int i = 0; i < burst; ++i) {
+      ASSERT_EQ(consumer.try_pop(e), RingResult::kOk);
+      EXPECT_EQ(e.seq, next_out);
+      EXPECT_EQ(e.check, ~next_out);
+      ++next_out;
+    }
+    EXPECT_EQ(consumer.try_pop(e), RingResult::kEmpty);
+  }
+  EXPECT_GT(next_in, 8u * 100);  // positions went far past the capacity
+}
+
+TEST(Ring, ReportsFullAtCapacity) {
+  Shared s{};
+  RingProducer<Entry> producer(&s.header, s.slots, 8);
+  RingConsumer<Entry> consumer(&s.header, s.slots, 8);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(producer.try_push(Entry{i, 0}), RingResult::kOk);
+  EXPECT_EQ(producer.try_push(Entry{8, 0}), RingResult::kFull);
+  Entry e{};
+  ASSERT_EQ(consumer.try_pop(e), RingResult::kOk);
+  EXPECT_EQ(producer.try_push(Entry{8, 0}), RingResult::kOk);
+}
+
+TEST(Ring, ProducerRunningAheadIsCorrupt) {
+  Shared s{};
+  RingConsumer<Entry> consumer(&s.header, s.slots, 8);
+  s.header.tail.value = 9;  // more entries than slots
+  Entry e{};
+  EXPECT_EQ(consumer.try_pop(e), RingResult::kCorrupt);
+}
+
+TEST(Ring, ProducerGoingBackwardsIsCorrupt) {
+  Shared s{};
+  RingProducer<Entry> producer(&s.header, s.slots, 8);
+  RingConsumer<Entry> consumer(&s.header, s.slots, 8);
+  Entry e{};
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_EQ(producer.try_push(Entry{i, 0}), RingResult::kOk);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(consumer.try_pop(e), RingResult::kOk);
+  s.header.tail.value = 2;
+  EXPECT_EQ(consumer.try_pop(e), RingResult::kCorrupt);
+}
+
+TEST(Ring, ConsumerPositionScribbledIsCorruptForProducer) {
+  Shared s{};
+  RingProducer<Entry> producer(&s.header, s.slots, 8);
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(producer.try_push(Entry{i, 0}), RingResult::kOk);
+  s.header.head.value = 1000;  // ahead of anything produced
+  EXPECT_EQ(producer.try_push(Entry{8, 0}), RingResult::kCorrupt);
+}
+
+TEST(Ring, OwnPositionIsNeverReadBack) {
+  Shared s{};
+  RingProducer<Entry> producer(&s.header, s.slots, 8);
+  RingConsumer<Entry> consumer(&s.header, s.slots, 8);
+  ASSERT_EQ(producer.try_push(Entry{0, 0}), RingResult::kOk);
+  Entry e{};
+  ASSERT_EQ(consumer.try_pop(e), RingResult::kOk);
+  s.header.head.value = 0;  // a peer rewinds the consumer's published position
+  ASSERT_EQ(producer.try_push(Entry{1, 0}), RingResult::kOk);
+  ASSERT_EQ(consumer.try_pop(e), RingResult::kOk);
+  EXPECT_EQ(e.seq, 1u);  // the consumer kept its private position
+  EXPECT_EQ(consumer.position(), 2u);
+}
+
+// A forked producer pushes N entries through a 64-slot ring in shared memory while this
+// process consumes them; every entry must arrive once, in order, intact.
+TEST(Ring, TwoProcessStress) {
+  constexpr uint32_t kCapacity = 64;
+  constexpr uint64_t kEntries = 2'000'000;
+  const size_t bytes = sizeof(proto::RingHeader) + kCapacity * sizeof(Entry);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  std::memset(mem, 0, bytes);
+  auto* header = static_cast<proto::RingHeader*>(mem);
+  auto* slots = reinterpret_cast<Entry*>(static_cast<uint8_t*>(mem) + sizeof(proto::RingHeader));
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RingProducer<Entry> producer(header, slots, kCapacity);
+    for (uint64_t i = 0; i < kEntries;) {
+      const RingResult r = producer.try_push(Entry{i, i * 0x9E3779B97F4A7C15ULL});
+      if (r == RingResult::kOk) {
+        ++i;
+      } else if (r == RingResult::kFull) {
+        sched_yield();
+      } else {
+        _exit(3);
+      }
+    }
+    _exit(0);
+  }
+  RingConsumer<Entry> consumer(header, slots, kCapacity);
+  uint64_t expected = 0;
+  uint64_t bad = 0;
+  Entry e{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (expected < kEntries && std::chrono::steady_clock::now() < deadline) {
+    const RingResult r = consumer.try_pop(e);
+    if (r == RingResult::kEmpty) {
+      sched_yield();
+      continue;
+    }
+    ASSERT_EQ(r, RingResult::kOk);
+    if (e.seq != expected || e.check != expected * 0x9E3779B97F4A7C15ULL) ++bad;
+    ++expected;
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_EQ(expected, kEntries) << "timed out after 60 s";
+  EXPECT_EQ(bad, 0u);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  munmap(mem, bytes);
+}
+
+}  // namespace
+}  // namespace nodecomm::ipc
