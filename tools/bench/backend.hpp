@@ -1,0 +1,74 @@
+// The transport a benchmark run measures. Both implementations expose the same few blocking
+// primitives so that the measurement loop, the correctness check and the report (bench.cpp)
+// are written once and the numbers of the two backends are directly comparable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "nodecomm.h"
+
+namespace nodecomm::bench {
+
+// A failed backend call. The message names the call and carries the library's own message;
+// the caller adds which size and which iteration it was.
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Why a backend cannot run a dtype/op combination at all, and the exit code that implies.
+struct Rejection {
+  std::string why;
+  int exit_code;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual int world_rank() const = 0;
+  virtual int world_size() const = 0;
+  // Seen from this rank: how many nodes the job spans and how many of its ranks share this
+  // rank's node. Only rank 0's view is reported.
+  virtual int node_count() const = 0;
+  virtual int local_size() const = 0;
+  // A short note on where buffers come from, for the report header.
+  virtual std::string buffer_kind() const = 0;
+
+  // A combination this backend cannot run. Decided from the flags alone, hence identically on
+  // every rank, so all ranks can stop cleanly without talking to each other.
+  virtual std::optional<Rejection> reject(nc_dtype_t dtype, nc_redop_t op) const = 0;
+
+  // Memory the backend's allreduce accepts as send and receive buffer. Throws BackendError.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) noexcept = 0;
+
+  // One complete allreduce over all ranks (post and wait); send == recv means in place.
+  // Throws BackendError.
+  virtual void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype,
+                         nc_redop_t op) = 0;
+  // Returns once every rank has called it (as closely as the backend allows).
+  virtual void sync() = 0;
+
+  // Ends the run. After a failure (`ok` false) a backend whose peers could otherwise block
+  // forever in a collective must make sure they stop too.
+  virtual void finalize(bool ok) noexcept = 0;
+};
+
+struct NodecommBackendOptions {
+  uint64_t arena_bytes = 0;  // 0: leave it to NODECOMM_ARENA_BYTES or the library default
+  bool use_arena = true;     // false: malloc'd buffers, which the library copies through
+};
+
+// Both attach/initialise immediately and throw BackendError on failure.
+std::unique_ptr<Backend> make_nodecomm_backend(const NodecommBackendOptions& options);
+std::unique_ptr<Backend> make_mpi_backend();
+
+}  // namespace nodecomm::bench

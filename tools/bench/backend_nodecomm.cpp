@@ -1,0 +1,127 @@
+// The nodecomm backend: the daemon runs the collective; this process only posts and waits.
+// Uses the C API directly because the C++ wrapper is typed (float/double/int32/int64 only)
+// and the benchmark must drive every dtype through untyped buffers.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backend.hpp"
+#include "nodecomm.h"
+
+namespace nodecomm::bench {
+namespace {
+
+std::string describe(const char* call, nc_status_t status) {
+  return fmt::format("{} failed: {} ({}): {}", call, nc_status_string(status),
+                     static_cast<int>(status), nc_last_error());
+}
+
+class NodecommBackend final : public Backend {
+ public:
+  explicit NodecommBackend(const NodecommBackendOptions& options) : use_arena_(options.use_arena) {
+    nc_init_options_t init;
+    nc_init_options_default(&init);
+    init.arena_bytes = options.arena_bytes;
+    if (const nc_status_t s = nc_init(&init, &ctx_); s != NC_OK) {
+      ctx_ = nullptr;
+      throw BackendError(describe("nc_init", s));
+    }
+    // The sync operation gets its own arena word so that it is never confused with, or
+    // slowed by, the copy path of the buffers under test.
+    void* p = nullptr;
+    if (const nc_status_t s = nc_alloc(ctx_, sizeof(double), &p); s != NC_OK) {
+      const std::string msg = describe("nc_alloc (sync word)", s);
+      nc_finalize(ctx_);
+      ctx_ = nullptr;
+      throw BackendError(msg);
+    }
+    sync_word_ = static_cast<double*>(p);
+  }
+
+  ~NodecommBackend() override { finalize(true); }
+
+  std::string_view name() const override { return "nodecomm"; }
+  int world_rank() const override { return nc_world_rank(ctx_); }
+  int world_size() const override { return nc_world_size(ctx_); }
+  int node_count() const override { return nc_node_count(ctx_); }
+  int local_size() const override { return nc_local_size(ctx_); }
+  std::string buffer_kind() const override {
+    return use_arena_ ? "nc_alloc (zero-copy)" : "malloc (copy path, --no-arena)";
+  }
+
+  // The library is the authority on which combinations are valid (avg on integers, for
+  // instance, is its NC_ERR_INVALID_ARGUMENT to report), so nothing is rejected up front.
+  std::optional<Rejection> reject(nc_dtype_t, nc_redop_t) const override { return std::nullopt; }
+
+  void* alloc(size_t bytes) override {
+    if (!use_arena_) {
+      void* p = std::malloc(bytes);
+      if (p == nullptr) throw BackendError(fmt::format("malloc of {} bytes failed", bytes));
+      return p;
+    }
+    void* p = nullptr;
+    if (const nc_status_t s = nc_alloc(ctx_, bytes, &p); s != NC_OK) {
+      // Before any other nodecomm call: nc_last_error() is only valid until the next one.
+      std::string msg = describe(fmt::format("nc_alloc of {} bytes", bytes).c_str(), s);
+      uint64_t total = 0, free_bytes = 0;
+      if (nc_arena_info(ctx_, &total, &free_bytes) == NC_OK) {
+        msg += fmt::format(" (arena {} bytes, {} free)", total, free_bytes);
+      }
+      throw BackendError(msg);
+    }
+    return p;
+  }
+
+  void free(void* ptr) noexcept override {
+    if (ptr == nullptr) return;
+    if (use_arena_) {
+      (void)nc_free(ctx_, ptr);
+    } else {
+      std::free(ptr);
+    }
+  }
+
+  void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype,
+                 nc_redop_t op) override {
+    nc_request_t req = 0;
+    if (const nc_status_t s =
+            nc_allreduce(ctx_, send, recv, count, dtype, op, NC_COMM_WORLD, nullptr, &req);
+        s != NC_OK) {
+      throw BackendError(describe("nc_allreduce", s));
+    }
+    if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
+      throw BackendError(describe("nc_wait", s));
+    }
+  }
+
+  void sync() override {
+    *sync_word_ = 0.0;
+    try {
+      allreduce(sync_word_, sync_word_, 1, NC_F64, NC_SUM);
+    } catch (const BackendError& e) {
+      throw BackendError(fmt::format("sync: {}", e.what()));
+    }
+  }
+
+  void finalize(bool /*ok*/) noexcept override {
+    // nc_finalize abandons anything in flight and releases the arena, sync word included;
+    // peers blocked on us learn of it from their daemons (NC_ERR_PEER_LOST).
+    if (ctx_ != nullptr) (void)nc_finalize(ctx_);
+    ctx_ = nullptr;
+    sync_word_ = nullptr;
+  }
+
+ private:
+  bool use_arena_;
+  nc_context_t* ctx_ = nullptr;
+  double* sync_word_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nodecomm_backend(const NodecommBackendOptions& options) {
+  return std::make_unique<NodecommBackend>(options);
+}
+
+}  // namespace nodecomm::bench

@@ -1,0 +1,329 @@
+#include "bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+#include "check.hpp"
+#include "report.hpp"
+
+namespace nodecomm::bench {
+
+std::optional<uint64_t> parse_bytes(std::string_view text) {
+  uint64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  if (i == 0) return std::nullopt;
+  unsigned shift = 0;
+  if (i < text.size()) {
+    switch (text[i]) {
+      case 'k':
+      case 'K':
+        shift = 10;
+        break;
+      case 'm':
+      case 'M':
+        shift = 20;
+        break;
+      case 'g':
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        return std::nullopt;
+    }
+    if (++i != text.size()) return std::nullopt;
+  }
+  if (value == 0 || value > (kMaxBytes >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+namespace {
+size_t round_to_element(uint64_t bytes, size_t element) {
+  return std::max<size_t>(element, static_cast<size_t>(bytes / element * element));
+}
+}  // namespace
+
+std::vector<size_t> geometric_sizes(uint64_t min, uint64_t max, uint64_t factor, size_t element) {
+  std::vector<size_t> sizes;
+  for (uint64_t s = min; s <= max;) {
+    const size_t rounded = round_to_element(s, element);
+    if (sizes.empty() || sizes.back() != rounded) sizes.push_back(rounded);
+    if (s > max / factor) break;  // the next size would pass max (or overflow)
+    s *= factor;
+  }
+  return sizes;
+}
+
+std::vector<size_t> rounded_sizes(const std::vector<uint64_t>& bytes, size_t element) {
+  std::vector<size_t> sizes;
+  for (uint64_t b : bytes) sizes.push_back(round_to_element(b, element));
+  return sizes;
+}
+
+uint64_t arena_bytes_for(size_t max_bytes) {
+  constexpr uint64_t kDefaultArena = 64ull << 20;
+  const uint64_t need = (2 * static_cast<uint64_t>(max_bytes) + (1ull << 20) + 4095) / 4096 * 4096;
+  return need > kDefaultArena ? need : 0;
+}
+
+int iterations(int requested, bool explicit_count, size_t bytes, uint64_t budget_bytes) {
+  if (explicit_count || requested <= 1) return requested;
+  const uint64_t fit = std::max<uint64_t>(1, budget_bytes / std::max<size_t>(bytes, 1));
+  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(requested), fit));
+}
+
+namespace {
+
+constexpr size_t kMismatchLines = 10;  // per rank, over the whole run
+
+// Owns the buffers of a run; frees them before the backend is finalized.
+class Buffers {
+ public:
+  explicit Buffers(Backend& backend) : backend_(backend) {}
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    for (void* p : owned_) backend_.free(p);
+  }
+  void* alloc(size_t bytes) {
+    owned_.reserve(owned_.size() + 1);  // so that push_back cannot throw and leak `p`
+    void* p = backend_.alloc(bytes);
+    owned_.push_back(p);
+    return p;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<void*> owned_;
+};
+
+// Sums `count` doubles over all ranks in place, through the backend's own allreduce (so that
+// nodecomm's figures are averaged by nodecomm), via a scratch buffer from the backend.
+void sum_over_ranks(Backend& backend, double* scratch, double* values, size_t count) {
+  std::copy(values, values + count, scratch);
+  backend.allreduce(scratch, scratch, count, NC_F64, NC_SUM);
+  std::copy(scratch, scratch + count, values);
+}
+
+class Runner {
+ public:
+  Runner(Backend& backend, const Config& config)
+      : backend_(backend),
+        config_(config),
+        rank_(backend.world_rank()),
+        size_(backend.world_size()),
+        buffers_(backend),
+        dtype_name_(nc_dtype_name(config.dtype) ? nc_dtype_name(config.dtype) : "?"),
+        redop_name_(nc_redop_name(config.redop) ? nc_redop_name(config.redop) : "?") {}
+
+  int run() {
+    if (auto rejection = backend_.reject(config_.dtype, config_.redop)) {
+      if (rank_ == 0) fmt::print(stderr, "nodecomm-bench: error: {}\n", rejection->why);
+      return rejection->exit_code;
+    }
+    // The scratch words come first: without them the ranks cannot even agree to stop.
+    scratch_ = static_cast<double*>(buffers_.alloc(2 * sizeof(double)));
+    if (!setup()) return 1;
+
+    std::unique_ptr<Report> report;
+    if (rank_ == 0) {
+      report = std::make_unique<Report>(run_info(), stdout, json_.is_open() ? &json_ : nullptr);
+      report->header();
+    }
+    uint64_t total_wrong = 0;
+    for (size_t bytes : config_.sizes) {
+      const Row row = measure(bytes);
+      total_wrong += row.wrong.value_or(0);
+      if (report) report->row(row);
+    }
+    if (report) report->footer();
+
+    if (hidden_mismatches_ > 0) {
+      fmt::print(stderr, "nodecomm-bench: rank {}: {} more wrong elements not shown\n", rank_,
+                 hidden_mismatches_);
+    }
+    int rc = 0;
+    if (total_wrong > 0) {
+      if (rank_ == 0) {
+        fmt::print(stderr, "nodecomm-bench: error: {} wrong elements in total (--check)\n",
+                   total_wrong);
+      }
+      rc = 1;
+    }
+    if (report && !report->json_ok()) {
+      fmt::print(stderr, "nodecomm-bench: error: writing --json {} failed\n", config_.json_path);
+      rc = 1;
+    }
+    return rc;
+  }
+
+ private:
+  // Allocations and the JSON file can fail on one rank alone; the ranks agree on the outcome
+  // so that all of them stop cleanly instead of some waiting in a collective forever.
+  bool setup() {
+    double failed = 0;
+    try {
+      const size_t max_bytes = *std::max_element(config_.sizes.begin(), config_.sizes.end());
+      send_ = buffers_.alloc(max_bytes);
+      recv_ = config_.inplace ? send_ : buffers_.alloc(max_bytes);
+      if (rank_ == 0 && !config_.json_path.empty()) {
+        json_.open(config_.json_path, std::ios::out | std::ios::trunc);
+        if (!json_) {
+          throw std::runtime_error(fmt::format("cannot open --json file {}: {}", config_.json_path,
+                                               std::strerror(errno)));
+        }
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "nodecomm-bench: rank {}: setup failed: {}\n", rank_, e.what());
+      failed = 1;
+    }
+    try {
+      sum_over_ranks(backend_, scratch_, &failed, 1);
+    } catch (const BackendError& e) {
+      throw BackendError(fmt::format("agreeing on setup: {}", e.what()));
+    }
+    if (failed > 0 && rank_ == 0) {
+      fmt::print(stderr, "nodecomm-bench: error: setup failed on {} rank(s)\n", failed);
+    }
+    return failed == 0;
+  }
+
+  RunInfo run_info() const {
+    RunInfo info;
+    info.op = config_.op;
+    info.backend = std::string(backend_.name());
+    info.world_size = size_;
+    info.nodes = backend_.node_count();
+    info.ranks_per_node = backend_.local_size();
+    info.iters = config_.iters;
+    info.warmup = config_.warmup;
+    info.inplace = config_.inplace;
+    info.check = config_.check;
+    info.buffers = backend_.buffer_kind();
+    for (size_t bytes : config_.sizes) {
+      if (iterations(config_.iters, config_.iters_explicit, bytes, kTimedBudget) < config_.iters ||
+          iterations(config_.warmup, config_.warmup_explicit, bytes, kWarmupBudget) <
+              config_.warmup) {
+        info.reduced_note =
+            "default iters/warmup are capped at 2 GiB/512 MiB of data per size (see \"iters\" "
+            "in --json); --iters/--warmup override";
+        break;
+      }
+    }
+    return info;
+  }
+
+  Row measure(size_t bytes) {
+    const size_t count = bytes / dtype_bytes(config_.dtype);
+    const int iters = iterations(config_.iters, config_.iters_explicit, bytes, kTimedBudget);
+    const int warmup = iterations(config_.warmup, config_.warmup_explicit, bytes, kWarmupBudget);
+    const Pattern pattern(config_.dtype, config_.redop, size_);
+    // Where a failure happened, kept in plain variables so the timed loop builds no strings.
+    const char* phase = "setup";
+    int index = 0;
+    int total = 0;
+    double local[2] = {0, 0};  // mean time per iteration (us), wrong elements
+    try {
+      // Always filled, so that timed runs reduce defined data.
+      pattern.fill(rank_, send_, count);
+      if (config_.check) {
+        phase = "check run";
+        if (!config_.inplace) poison(recv_, bytes);
+        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
+        local[1] = static_cast<double>(check(pattern, bytes, count));
+      }
+      phase = "warmup iteration";
+      total = warmup;
+      for (index = 0; index < warmup; ++index) {
+        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
+      }
+      phase = "sync before timing";
+      index = total = 0;
+      backend_.sync();
+      phase = "timed iteration";
+      total = iters;
+      const auto start = std::chrono::steady_clock::now();
+      for (index = 0; index < iters; ++index) {
+        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
+      }
+      const std::chrono::duration<double, std::micro> elapsed =
+          std::chrono::steady_clock::now() - start;
+      local[0] = elapsed.count() / iters;
+      phase = "averaging the results over ranks";
+      index = total = 0;
+      sum_over_ranks(backend_, scratch_, local, 2);
+    } catch (const std::exception& e) {
+      const std::string at =
+          total > 0 ? fmt::format("{} {} of {}", phase, index + 1, total) : std::string(phase);
+      throw std::runtime_error(fmt::format("allreduce of {} bytes ({} x {} {}), {}: {}", bytes,
+                                           count, dtype_name_, redop_name_, at, e.what()));
+    }
+    Row row;
+    row.bytes = bytes;
+    row.count = count;
+    row.type = dtype_name_;
+    row.redop = redop_name_;
+    row.time_us = local[0] / size_;
+    if (config_.check) row.wrong = static_cast<uint64_t>(local[1]);
+    row.iters = iters;
+    return row;
+  }
+
+  // This rank's wrong elements after the check run; reports the first few on stderr.
+  uint64_t check(const Pattern& pattern, size_t bytes, size_t count) {
+    if (!reference_defined(config_.dtype, config_.redop)) {
+      throw std::runtime_error(fmt::format(
+          "the allreduce succeeded, but {} on {} has no defined result; nodecomm should have "
+          "rejected it with NC_ERR_INVALID_ARGUMENT",
+          redop_name_, dtype_name_));
+    }
+    std::vector<Mismatch> shown;
+    const size_t room = kMismatchLines - std::min(kMismatchLines, mismatch_lines_);
+    const uint64_t wrong = verify(pattern, recv_, count, &shown, room);
+    for (const Mismatch& m : shown) {
+      fmt::print(stderr,
+                 "nodecomm-bench: rank {}: wrong result at size {} ({} x {} {}): element {}: got "
+                 "{}, expected {}\n",
+                 rank_, bytes, count, dtype_name_, redop_name_, m.index, m.got, m.expected);
+    }
+    mismatch_lines_ += shown.size();
+    hidden_mismatches_ += wrong - shown.size();
+    return wrong;
+  }
+
+  Backend& backend_;
+  const Config& config_;
+  const int rank_;
+  const int size_;
+  Buffers buffers_;
+  const std::string dtype_name_;
+  const std::string redop_name_;
+  double* scratch_ = nullptr;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+  std::ofstream json_;
+  size_t mismatch_lines_ = 0;
+  uint64_t hidden_mismatches_ = 0;
+};
+
+}  // namespace
+
+int run(Backend& backend, const Config& config) {
+  if (config.sizes.empty()) throw std::invalid_argument("no sizes to run");
+  Runner runner(backend, config);
+  return runner.run();
+}
+
+}  // namespace nodecomm::bench

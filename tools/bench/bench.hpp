@@ -1,0 +1,59 @@
+// The measurement loop shared by all backends, and the size arithmetic behind the flags.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend.hpp"
+#include "nodecomm.h"
+
+namespace nodecomm::bench {
+
+struct Config {
+  std::string op = "allreduce";
+  nc_dtype_t dtype = NC_F32;
+  nc_redop_t redop = NC_SUM;
+  std::vector<size_t> sizes;  // bytes, each a positive multiple of the element size
+  int iters = 20;
+  int warmup = 5;
+  // Explicit counts are used as given; defaults shrink for very large sizes (iterations()).
+  bool iters_explicit = false;
+  bool warmup_explicit = false;
+  bool check = false;
+  bool inplace = false;
+  std::string json_path;  // empty: no JSON
+};
+
+// "8", "16396", "64M", "1g": bytes, K/M/G being powers of 1024. Empty on anything else,
+// including zero and anything above kMaxBytes (a typo, not a size anyone can allocate twice).
+std::optional<uint64_t> parse_bytes(std::string_view text);
+inline constexpr uint64_t kMaxBytes = 1ull << 40;
+
+// min, min*factor, ... up to max inclusive, each rounded down to a multiple of `element`
+// (at least one element); a size that rounds to its predecessor is dropped.
+std::vector<size_t> geometric_sizes(uint64_t min, uint64_t max, uint64_t factor, size_t element);
+// An explicit list, rounded the same way and kept in the given order.
+std::vector<size_t> rounded_sizes(const std::vector<uint64_t>& bytes, size_t element);
+
+// The arena the nodecomm backend requests: room for a send and a receive buffer of the
+// largest size plus 1 MiB of slack, rounded up to a page; 0 (the default, 64 MiB) when that
+// is enough.
+uint64_t arena_bytes_for(size_t max_bytes);
+
+// Default iteration counts are capped by the data they move per size (2 GiB timed, 512 MiB
+// warmup), so that multi-GiB sizes finish; default sizes (up to 64M) are unaffected.
+int iterations(int requested, bool explicit_count, size_t bytes, uint64_t budget_bytes);
+inline constexpr uint64_t kTimedBudget = 2ull << 30;
+inline constexpr uint64_t kWarmupBudget = 512ull << 20;
+
+// Runs the benchmark and returns the exit code: 0, 1 when results were wrong or setup failed
+// on some rank, or a Rejection's code. Those outcomes are known to every rank alike, so the
+// backend may be finalized normally. Throws (BackendError, std::runtime_error) when this rank
+// failed on its own, with the size and iteration in the message.
+int run(Backend& backend, const Config& config);
+
+}  // namespace nodecomm::bench

@@ -1,0 +1,191 @@
+// nodecomm-bench: allreduce latency and bandwidth through nodecomm or, as a baseline, MPI,
+// printed as an nccl-tests-style table (see --help).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "bench.hpp"
+#include "check.hpp"
+#include "nodecomm.h"
+
+namespace {
+
+using nodecomm::bench::Config;
+
+// "f32 f64 ..." from the library's own tables, so new dtypes show up without edits here.
+template <class Enum>
+std::string names(const char* (*name_of)(Enum)) {
+  std::string out;
+  for (int i = 0; name_of(static_cast<Enum>(i)) != nullptr; ++i) {
+    if (!out.empty()) out += ' ';
+    out += name_of(static_cast<Enum>(i));
+  }
+  return out;
+}
+
+std::string bad_byte_count(const std::string& text) {
+  return fmt::format(
+      "'{}' is not a byte count in [1, 1024G] (digits with an optional K, M or G suffix)", text);
+}
+
+const CLI::Validator kByteCount(
+    [](std::string& text) {
+      return nodecomm::bench::parse_bytes(text) ? std::string() : bad_byte_count(text);
+    },
+    "BYTES");
+
+uint64_t bytes_or_throw(const std::string& text, const char* flag) {
+  if (auto bytes = nodecomm::bench::parse_bytes(text)) return *bytes;
+  throw CLI::ValidationError(flag, bad_byte_count(text));  // the validator normally catches it
+}
+
+struct Flags {
+  std::string op = "allreduce";
+  std::string dtype = "f32";
+  std::string redop = "sum";
+  std::string min_bytes = "8";
+  std::string max_bytes = "64M";
+  uint64_t factor = 2;
+  std::vector<std::string> sizes;
+  int iters = 20;
+  int warmup = 5;
+  bool check = false;
+  std::string json;
+  std::string backend = "nodecomm";
+  bool inplace = false;
+  bool no_arena = false;
+};
+
+// Everything a bad flag can be is found here, before any backend starts, so that it is one
+// line and exit code 2 on every rank alike.
+Config to_config(const Flags& f, const CLI::App& app) {
+  Config c;
+  c.op = f.op;
+  if (nc_dtype_parse(f.dtype.c_str(), &c.dtype) != NC_OK) {
+    throw CLI::ValidationError(
+        "--dtype", fmt::format("unknown dtype '{}' (one of: {})", f.dtype, names(&nc_dtype_name)));
+  }
+  if (nc_redop_parse(f.redop.c_str(), &c.redop) != NC_OK) {
+    throw CLI::ValidationError(
+        "--redop", fmt::format("unknown redop '{}' (one of: {})", f.redop, names(&nc_redop_name)));
+  }
+  const size_t element = nodecomm::bench::dtype_bytes(c.dtype);
+  if (!f.sizes.empty()) {
+    std::vector<uint64_t> bytes;
+    for (const std::string& s : f.sizes) bytes.push_back(bytes_or_throw(s, "--sizes"));
+    c.sizes = nodecomm::bench::rounded_sizes(bytes, element);
+  } else {
+    const uint64_t min = bytes_or_throw(f.min_bytes, "--min-bytes");
+    const uint64_t max = bytes_or_throw(f.max_bytes, "--max-bytes");
+    if (min > max) {
+      throw CLI::ValidationError(
+          "--min-bytes", fmt::format("{} is larger than --max-bytes {}", f.min_bytes, f.max_bytes));
+    }
+    c.sizes = nodecomm::bench::geometric_sizes(min, max, f.factor, element);
+  }
+  c.iters = f.iters;
+  c.warmup = f.warmup;
+  c.iters_explicit = app.count("--iters") > 0;
+  c.warmup_explicit = app.count("--warmup") > 0;
+  c.check = f.check;
+  c.inplace = f.inplace;
+  c.json_path = f.json;
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "nodecomm-bench: allreduce latency and bandwidth, nccl-tests style.\n"
+      "With --backend nodecomm run it under nodecomm-launch; with --backend mpi under\n"
+      "mpirun. Rank 0 prints the table; times are per iteration, averaged over ranks.",
+      "nodecomm-bench"};
+  Flags f;
+  app.add_option("--op", f.op, "Collective to measure")
+      ->check(CLI::IsMember({"allreduce"}))
+      ->capture_default_str();
+  app.add_option("--dtype", f.dtype, "Element type: f32 f64 i32 i64 f16 bf16 i8 u8")
+      ->capture_default_str();
+  app.add_option("--redop", f.redop, "Reduction: sum prod min max avg")->capture_default_str();
+  app.add_option("--min-bytes", f.min_bytes, "Smallest size (K/M/G = powers of 1024)")
+      ->check(kByteCount)
+      ->capture_default_str();
+  app.add_option("--max-bytes", f.max_bytes, "Largest size, inclusive")
+      ->check(kByteCount)
+      ->capture_default_str();
+  app.add_option("--factor", f.factor, "Multiplier between consecutive sizes")
+      ->check(CLI::Range(uint64_t{2}, uint64_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--sizes", f.sizes,
+                 "Comma-separated sizes in bytes; overrides --min-bytes/--max-bytes/--factor")
+      ->delimiter(',')
+      ->check(kByteCount);
+  app.add_option("--iters", f.iters,
+                 "Timed iterations per size (default 20, reduced above ~100 MiB to move at most "
+                 "2 GiB per size unless given)")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--warmup", f.warmup,
+                 "Untimed iterations per size (default 5, reduced above ~100 MiB to move at most "
+                 "512 MiB per size unless given)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_flag("--check", f.check,
+               "Verify every element of one run per size against an independent reference");
+  app.add_option("--json", f.json, "Also write one JSON object per size to FILE (JSON Lines)")
+      ->type_name("FILE");
+  app.add_option("--backend", f.backend, "nodecomm (under nodecomm-launch) or mpi (under mpirun)")
+      ->check(CLI::IsMember({"nodecomm", "mpi"}))
+      ->capture_default_str();
+  app.add_flag("--inplace", f.inplace, "Reduce in place (send buffer == receive buffer)");
+  app.add_flag("--no-arena", f.no_arena,
+               "nodecomm: malloc'd buffers, which the library copies through its arena, "
+               "instead of nc_alloc'd ones");
+
+  Config config;
+  try {
+    app.parse(argc, argv);
+    config = to_config(f, app);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "nodecomm-bench: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+
+  std::unique_ptr<nodecomm::bench::Backend> backend;
+  try {
+    if (f.backend == "mpi") {
+      backend = nodecomm::bench::make_mpi_backend();
+    } else {
+      nodecomm::bench::NodecommBackendOptions options;
+      options.arena_bytes = nodecomm::bench::arena_bytes_for(
+          *std::max_element(config.sizes.begin(), config.sizes.end()));
+      options.use_arena = !f.no_arena;
+      backend = nodecomm::bench::make_nodecomm_backend(options);
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nodecomm-bench: error: starting the {} backend: {}\n", f.backend, e.what());
+    return 1;
+  }
+
+  const int rank = backend->world_rank();
+  try {
+    const int rc = nodecomm::bench::run(*backend, config);
+    backend->finalize(true);
+    return rc;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);  // the rows measured so far, before the error
+    fmt::print(stderr, "nodecomm-bench: rank {}: error: {}\n", rank, e.what());
+    backend->finalize(false);
+    return 1;
+  }
+}

@@ -1,0 +1,73 @@
+#include "report.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace nodecomm::bench {
+
+Bandwidth allreduce_bandwidth(size_t bytes, double time_us, int world_size) {
+  if (time_us <= 0) return {0, 0};
+  const double algbw = static_cast<double>(bytes) / time_us / 1e3;  // bytes/us -> GB/s (1e9)
+  const double n = world_size;
+  return {algbw, world_size > 1 ? algbw * 2 * (n - 1) / n : 0.0};
+}
+
+Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
+    : info_(std::move(info)), table_(table), json_(json) {}
+
+void Report::header() {
+  fmt::print(table_,
+             "# nodecomm-bench: op {}, backend {}, {} rank{} ({} node{} x {}), iters {}, "
+             "warmup {}, {}\n",
+             info_.op, info_.backend, info_.world_size, info_.world_size == 1 ? "" : "s",
+             info_.nodes, info_.nodes == 1 ? "" : "s", info_.ranks_per_node, info_.iters,
+             info_.warmup, info_.inplace ? "in-place" : "out-of-place");
+  fmt::print(table_, "# buffers: {}, check: {}\n", info_.buffers, info_.check ? "on" : "off");
+  if (!info_.reduced_note.empty()) fmt::print(table_, "# {}\n", info_.reduced_note);
+  fmt::print(table_, "#\n");
+  fmt::print(table_, "#{:>11}{:>13}{:>7}{:>7}{:>12}{:>13}{:>13}{:>8}\n", "size", "count", "type",
+             "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  std::fflush(table_);
+}
+
+void Report::row(const Row& row) {
+  const Bandwidth bw = allreduce_bandwidth(row.bytes, row.time_us, info_.world_size);
+  fmt::print(table_, "{:>12}{:>13}{:>7}{:>7}{:>12.2f}{:>13.2f}{:>13.2f}{:>8}\n", row.bytes,
+             row.count, row.type, row.redop, row.time_us, bw.algbw_gbs, bw.busbw_gbs,
+             row.wrong ? fmt::to_string(*row.wrong) : std::string("N/A"));
+  // Row by row, so that a run that dies later still leaves what it measured.
+  std::fflush(table_);
+  busbw_sum_ += bw.busbw_gbs;
+  ++rows_;
+
+  if (json_ == nullptr || !json_ok_) return;
+  // ordered_json: keys in the documented order, for people reading the file.
+  nlohmann::ordered_json j = {
+      {"op", info_.op},
+      {"backend", info_.backend},
+      {"size", row.bytes},
+      {"count", row.count},
+      {"type", row.type},
+      {"redop", row.redop},
+      {"time_us", row.time_us},
+      {"algbw_gbs", bw.algbw_gbs},
+      {"busbw_gbs", bw.busbw_gbs},
+      {"wrong", row.wrong ? nlohmann::ordered_json(*row.wrong) : nlohmann::ordered_json(nullptr)},
+      {"world_size", info_.world_size},
+      {"nodes", info_.nodes},
+      {"ranks_per_node", info_.ranks_per_node},
+      {"inplace", info_.inplace},
+      {"iters", row.iters},
+  };
+  *json_ << j.dump() << '\n';
+  json_->flush();
+  json_ok_ = json_->good();
+}
+
+void Report::footer() {
+  fmt::print(table_, "# Avg bus bandwidth    : {:.4f}\n", rows_ > 0 ? busbw_sum_ / rows_ : 0.0);
+  std::fflush(table_);
+}
+
+}  // namespace nodecomm::bench

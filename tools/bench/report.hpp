@@ -1,0 +1,67 @@
+// Rank 0's output: the nccl-tests-style table on stdout and, optionally, JSON Lines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <ostream>
+#include <string>
+
+namespace nodecomm::bench {
+
+struct RunInfo {
+  std::string op;
+  std::string backend;
+  int world_size = 1;
+  int nodes = 1;
+  int ranks_per_node = 1;
+  int iters = 0;  // as requested; a row may use fewer (see Row::iters)
+  int warmup = 0;
+  bool inplace = false;
+  bool check = false;
+  std::string buffers;       // where the buffers come from
+  std::string reduced_note;  // non-empty: why some rows use fewer iterations
+};
+
+struct Row {
+  size_t bytes = 0;
+  size_t count = 0;
+  std::string type;
+  std::string redop;
+  double time_us = 0;             // mean over iterations, then over ranks
+  std::optional<uint64_t> wrong;  // total over ranks; empty when not checked
+  int iters = 0;
+};
+
+struct Bandwidth {
+  double algbw_gbs;
+  double busbw_gbs;
+};
+
+// nccl-tests' definitions: algbw = bytes / time; busbw scales it by 2(n-1)/n, the fraction
+// of the data each rank must send and receive in a bandwidth-optimal allreduce.
+Bandwidth allreduce_bandwidth(size_t bytes, double time_us, int world_size);
+
+class Report {
+ public:
+  // `json` may be null. Neither stream is owned.
+  Report(RunInfo info, std::FILE* table, std::ostream* json);
+
+  void header();
+  void row(const Row& row);
+  void footer();
+
+  // False once a write to the JSON stream failed.
+  bool json_ok() const { return json_ok_; }
+
+ private:
+  RunInfo info_;
+  std::FILE* table_;
+  std::ostream* json_;
+  bool json_ok_ = true;
+  double busbw_sum_ = 0;
+  size_t rows_ = 0;
+};
+
+}  // namespace nodecomm::bench
