@@ -1,0 +1,34 @@
+// nodecomm-launch: simulates N nodes on one machine. See options.hpp for the command line and
+// launcher.hpp for what a launch does.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "launcher.hpp"
+#include "options.hpp"
+
+namespace {
+
+// With fd 0, 1 or 2 closed, the next pipe() could land there and a child's dup2 onto it would
+// then be a no-op that leaves the fd close-on-exec.
+void ensure_standard_fds() {
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1) continue;
+    const int null_fd = ::open("/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+    if (null_fd >= 0 && null_fd != fd) {
+      ::dup2(null_fd, fd);
+      ::close(null_fd);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_fds();
+  auto parsed = nodecomm::launch::parse_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  nodecomm::launch::Launcher launcher(std::move(*parsed.options));
+  return launcher.run();
+}

@@ -1,0 +1,37 @@
+// Command line of nodecomm-launch. Users' job scripts depend on these flags: keep them stable.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nodecomm::launch {
+
+struct Options {
+  int nodes = 0;
+  // One count per node, already expanded from a single value or checked against --nodes.
+  std::vector<int> ranks_per_node;
+  int timeout_s = 600;
+  // Empty: nodecommd next to the launcher's own executable, else from PATH.
+  std::string daemon;
+  std::vector<std::string> daemon_args;
+  std::string mpirun = "mpirun";
+  bool verbose = false;
+  // PROGRAM and its arguments.
+  std::vector<std::string> program;
+};
+
+struct ParseResult {
+  // Absent when the launcher must exit right away with `exit_code` (--help, bad flags).
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+
+// Parses argv; prints help or a one-line error itself.
+ParseResult parse_options(int argc, char** argv);
+
+// "4" (every node) or "3,1,2" (one per node, exactly `nodes` of them), each >= 1.
+// Throws std::invalid_argument with a message fit for the user.
+std::vector<int> parse_ranks_per_node(const std::string& text, int nodes);
+
+}  // namespace nodecomm::launch
