@@ -204,6 +204,7 @@ void Daemon::accept_clients() {
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
     clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
+    idle_ = ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
       reply_hello_error(*clients_[id], proto::Status::kQueueFull,
                         fmt::format("nodecommd instance '{}' already serves {} clients (the limit, "
@@ -458,12 +459,16 @@ void Daemon::reap() {
       job_.reset();
     }
   }
+  const size_t before = clients_.size();
   for (auto it = clients_.begin(); it != clients_.end();) {
     if (it->second->state() == ClientSession::State::kClosed && it->second->job == nullptr) {
       it = clients_.erase(it);
     } else {
       ++it;
     }
+  }
+  if (clients_.size() != before) {
+    idle_ = ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
   }
 }
 

@@ -24,8 +24,6 @@ namespace {
 
 constexpr uint64_t kLivenessSliceNs = 50'000'000;  // futex sleeps this long between checks
 constexpr uint64_t kLivenessCheckNs = 5'000'000;
-constexpr int kSpinsBeforeSleep = 4000;
-constexpr int kYieldsBeforeSleep = 100;
 
 Result fail(nc_status_t status, std::string message) { return Result{status, std::move(message)}; }
 
@@ -225,6 +223,8 @@ Result Context::attach(const Settings& s) {
   if (ready.status != 0) {
     return fail(static_cast<nc_status_t>(ready.status), bounded(ready.message));
   }
+  // This node's ranks and its daemon poll; with more of them than CPUs, waits must yield early.
+  idle_config_ = ipc::IdleConfig::for_load(s.local_size + 1);
   world_rank_ = ready.world_rank;
   world_size_ = ready.world_size;
   node_index_ = ready.node_index;
@@ -445,16 +445,18 @@ Result Context::wait(nc_request_t id) {
   const uint64_t deadline =
       ipc::monotonic_ns() + static_cast<uint64_t>(std::min(settings_.timeout_sec, 1e9) * 1e9);
   auto& bells = segment_.doorbells();
-  for (int round = 0;; ++round) {
+  ipc::IdleStrategy idle(idle_config_);
+  for (;;) {
     // acquire: a completion published before the bump we read is visible to the drain below.
     const uint32_t seen = ipc::load_word(bells.completion_futex, std::memory_order_acquire);
     Result r = test(id);
     if (r.status != NC_IN_PROGRESS) return r;
-    if (round < kSpinsBeforeSleep) {
+    const ipc::IdleStrategy::Phase phase = idle.next(0);
+    if (phase == ipc::IdleStrategy::Phase::kSpin) {
       ipc::cpu_relax();
       continue;
     }
-    if (round < kSpinsBeforeSleep + kYieldsBeforeSleep) {
+    if (phase == ipc::IdleStrategy::Phase::kYield) {
       sched_yield();
       continue;
     }

@@ -10,6 +10,7 @@
 
 #include "arena.hpp"
 #include "nodecomm.h"
+#include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/segment.hpp"
 #include "nodecomm/ipc/socket.hpp"
@@ -110,6 +111,7 @@ class Context {
   size_t in_flight_ = 0;
   bool daemon_gone_ = false;
   uint64_t last_liveness_check_ns_ = 0;
+  ipc::IdleConfig idle_config_;
   uint32_t world_rank_ = 0;
   uint32_t world_size_ = 0;
   uint32_t node_index_ = 0;

@@ -15,6 +15,25 @@ void cpu_relax() {
 #endif
 }
 
+unsigned usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? static_cast<unsigned>(n) : 1;
+}
+
+IdleConfig IdleConfig::for_load(unsigned runnable) {
+  IdleConfig c;
+  if (runnable > usable_cpus()) {
+    c.spins = 50;
+    c.yields = 20;
+    c.min_park_ns = 5'000;
+    c.max_park_ns = 100'000;
+  }
+  return c;
+}
+
 void IdleStrategy::reset() {
   spins_ = 0;
   yields_ = 0;

@@ -15,7 +15,15 @@ struct IdleConfig {
   uint32_t yields = 200;       // sched_yield calls before parking
   uint64_t min_park_ns = 20'000;  // first park; doubles each time up to max_park_ns
   uint64_t max_park_ns = 1'000'000;
+
+  // For a process that shares `usable_cpus()` with `runnable` polling processes (itself
+  // included). When they outnumber the CPUs, a spinner holds a CPU that the process it waits
+  // for needs, so spinning is cut to a few iterations and parks stay short.
+  static IdleConfig for_load(unsigned runnable);
 };
+
+// CPUs this process may run on (its affinity mask).
+unsigned usable_cpus();
 
 class IdleStrategy {
  public:
