@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -149,6 +151,45 @@ TEST(Ring, TwoProcessStress) {
   EXPECT_EQ(bad, 0u);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   munmap(mem, bytes);
+}
+
+// The same contract between two threads, so ThreadSanitizer can check the memory orders
+// (it cannot follow a fork).
+TEST(Ring, TwoThreadStress) {
+  constexpr uint32_t kCapacity = 16;
+  constexpr uint64_t kEntries = 200'000;
+  struct {
+    proto::RingHeader header;
+    Entry slots[kCapacity];
+  } shared{};
+  std::thread producer_thread([&] {
+    RingProducer<Entry> producer(&shared.header, shared.slots, kCapacity);
+    for (uint64_t i = 0; i < kEntries;) {
+      if (producer.try_push(Entry{i, ~i}) == RingResult::kOk) {
+        ++i;
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  });
+  RingConsumer<Entry> consumer(&shared.header, shared.slots, kCapacity);
+  uint64_t expected = 0;
+  uint64_t bad = 0;
+  Entry e{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (expected < kEntries && std::chrono::steady_clock::now() < deadline) {
+    const RingResult r = consumer.try_pop(e);
+    if (r == RingResult::kEmpty) {
+      std::this_thread::yield();
+      continue;
+    }
+    ASSERT_EQ(r, RingResult::kOk);
+    if (e.seq != expected || e.check != ~expected) ++bad;
+    ++expected;
+  }
+  producer_thread.join();
+  EXPECT_EQ(expected, kEntries) << "timed out after 60 s";
+  EXPECT_EQ(bad, 0u);
 }
 
 }  // namespace
