@@ -1,8 +1,7 @@
 #include "affinity.hpp"
 
-#include <hwloc.h>
-
 #include <fmt/format.h>
+#include <hwloc.h>
 
 namespace nodecomm::daemon {
 

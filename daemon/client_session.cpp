@@ -13,8 +13,8 @@ void ClientSession::attach_segment(ipc::Segment segment, std::string name) {
   const auto& h = segment_.header();
   submissions_ = ipc::RingConsumer<proto::OpDescriptor>(&segment_.submit_ring(),
                                                         segment_.submit_slots(), h.submit_capacity);
-  completions_ = ipc::RingProducer<proto::Completion>(&segment_.complete_ring(),
-                                                      segment_.complete_slots(), h.complete_capacity);
+  completions_ = ipc::RingProducer<proto::Completion>(
+      &segment_.complete_ring(), segment_.complete_slots(), h.complete_capacity);
 }
 
 void ClientSession::unlink_segment_name() {

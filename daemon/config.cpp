@@ -1,10 +1,9 @@
 #include "config.hpp"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
-
-#include <CLI/CLI.hpp>
 
 #include "nodecomm/proto/abi.hpp"
 
@@ -39,9 +38,10 @@ std::string expand_node(std::string text, uint32_t node) {
 
 DaemonConfig parse_config(int argc, char** argv) {
   DaemonConfig c;
-  CLI::App app{"nodecommd: the nodecomm node daemon. Runs collectives for the training processes "
-               "of this node over shared memory and drives the network (MPI) for them.",
-               "nodecommd"};
+  CLI::App app{
+      "nodecommd: the nodecomm node daemon. Runs collectives for the training processes "
+      "of this node over shared memory and drives the network (MPI) for them.",
+      "nodecommd"};
   std::string default_arena = "64M";
   std::string max_arena = "16G";
   std::string staging_cache = "1G";

@@ -1,6 +1,7 @@
 #include "daemon.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
@@ -11,10 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <stdexcept>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
@@ -24,7 +23,7 @@
 namespace nodecomm::daemon {
 
 namespace {
-constexpr uint64_t kListenTag = 0;  // client ids start at 1
+constexpr uint64_t kListenTag = 0;           // client ids start at 1
 constexpr uint64_t kSocketCheckNs = 50'000;  // socket poll interval while busy
 constexpr uint64_t kHeartbeatNs = 10'000'000;
 constexpr int kParkTimeoutMs = 100;
@@ -43,8 +42,10 @@ bool terminated(const char (&text)[N]) {
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config, Transport& transport)
-    : config_(std::move(config)), transport_(transport),
-      staging_(-1, config_.staging_cache_bytes), engine_(transport_, staging_) {}
+    : config_(std::move(config)),
+      transport_(transport),
+      staging_(-1, config_.staging_cache_bytes),
+      engine_(transport_, staging_) {}
 
 Daemon::~Daemon() {
   for (auto& [id, client] : clients_) client->unlink_segment_name();
@@ -70,7 +71,8 @@ void Daemon::start() {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kListenTag;
-  if (!epoll_fd_.valid() || ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
+  if (!epoll_fd_.valid() ||
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
     throw std::runtime_error(fmt::format("epoll: {}", std::strerror(errno)));
   }
 
@@ -204,7 +206,8 @@ void Daemon::accept_clients() {
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
     clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
-    idle_ = ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
+    idle_ =
+        ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
       reply_hello_error(*clients_[id], proto::Status::kQueueFull,
                         fmt::format("nodecommd instance '{}' already serves {} clients (the limit, "
@@ -249,7 +252,8 @@ void Daemon::on_readable(ClientSession& client) {
   }
 }
 
-void Daemon::reply_hello_error(ClientSession& client, proto::Status status, const std::string& text) {
+void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
+                               const std::string& text) {
   proto::HelloReply reply{};
   reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
   reply.status = static_cast<int32_t>(status);
@@ -272,10 +276,10 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   const std::string job_name = hello.job;
   if (hello.local_size == 0 || hello.local_size > proto::kLocalSizeLimit ||
       hello.local_rank >= hello.local_size) {
-    return reply_hello_error(client, Status::kInvalidArgument,
-                             fmt::format("local rank {} of local size {} (size must be 1..{})",
-                                         hello.local_rank, hello.local_size,
-                                         proto::kLocalSizeLimit));
+    return reply_hello_error(
+        client, Status::kInvalidArgument,
+        fmt::format("local rank {} of local size {} (size must be 1..{})", hello.local_rank,
+                    hello.local_size, proto::kLocalSizeLimit));
   }
   const uint64_t arena = hello.arena_bytes == 0 ? config_.default_arena_bytes : hello.arena_bytes;
   if (arena > config_.max_arena_bytes) {
@@ -298,11 +302,11 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                          job_name, hello.local_rank));
   }
   if (job.local_size != hello.local_size) {
-    return reply_hello_error(client, Status::kInvalidArgument,
-                             fmt::format("job '{}' has {} local ranks on this node, but local rank "
-                                         "{} says {}",
-                                         job_name, job.local_size, hello.local_rank,
-                                         hello.local_size));
+    return reply_hello_error(
+        client, Status::kInvalidArgument,
+        fmt::format("job '{}' has {} local ranks on this node, but local rank "
+                    "{} says {}",
+                    job_name, job.local_size, hello.local_rank, hello.local_size));
   }
   if (ClientSession* other = job.members[hello.local_rank]; other != nullptr) {
     return reply_hello_error(client, Status::kInvalidArgument,
@@ -361,7 +365,8 @@ void Daemon::on_mapped(ClientSession& client) {
                              job.node_index};
   job.gathered.assign(job.node_count, Job::NodeRecord{});
   try {
-    job.formation = transport_.start_allgather(&job.mine, sizeof(Job::NodeRecord), job.gathered.data());
+    job.formation =
+        transport_.start_allgather(&job.mine, sizeof(Job::NodeRecord), job.gathered.data());
     job.state = Job::State::kForming;
   } catch (const TransportError& e) {
     job.state = Job::State::kFailed;
@@ -395,7 +400,8 @@ size_t Daemon::progress_formation(Job& job) {
   }
   job.world_offset = offset;
   job.world_size = total;
-  for (ClientSession* member : job.members) member->world_rank = job.world_rank_of(member->local_rank);
+  for (ClientSession* member : job.members)
+    member->world_rank = job.world_rank_of(member->local_rank);
   job.state = Job::State::kRunning;
   NC_LOG(kInfo, "job {} formed: {} ranks on {} nodes; this node hosts ranks {}..{}", job.name,
          job.world_size, job.node_count, offset, offset + job.local_size - 1);
@@ -430,8 +436,10 @@ void Daemon::drop(ClientSession& client, const std::string& why) {
   client.unlink_segment_name();
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, client.fd(), nullptr);
   Job* job = client.job;
-  const bool loss = job != nullptr && job->state == Job::State::kRunning && why != "called finalize";
-  Log::get().write(loss ? LogLevel::kWarn : LogLevel::kDebug, "client {} (pid {}, local rank {}) {}", client.id(), client.cred().pid,
+  const bool loss =
+      job != nullptr && job->state == Job::State::kRunning && why != "called finalize";
+  Log::get().write(loss ? LogLevel::kWarn : LogLevel::kDebug,
+                   "client {} (pid {}, local rank {}) {}", client.id(), client.cred().pid,
                    client.local_rank, why);
   if (job == nullptr) return;
   if (job->state == Job::State::kAttaching) {
@@ -448,7 +456,8 @@ void Daemon::reap() {
   if (job_) {
     bool any_live = false;
     for (ClientSession* member : job_->members) {
-      any_live = any_live || (member != nullptr && member->state() != ClientSession::State::kClosed);
+      any_live =
+          any_live || (member != nullptr && member->state() != ClientSession::State::kClosed);
     }
     const bool busy = job_->formation != 0 || engine_.has_inter_node_work();
     if (!any_live && !busy) {
@@ -468,7 +477,8 @@ void Daemon::reap() {
     }
   }
   if (clients_.size() != before) {
-    idle_ = ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
+    idle_ =
+        ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
   }
 }
 

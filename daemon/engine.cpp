@@ -1,10 +1,10 @@
 #include "engine.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "client_session.hpp"
 #include "log.hpp"
@@ -19,10 +19,12 @@ using proto::RedOp;
 using proto::Status;
 
 namespace {
-constexpr size_t kDrainBatch = 64;      // submissions taken from one client per pass
+constexpr size_t kDrainBatch = 64;           // submissions taken from one client per pass
 constexpr size_t kMaxInterNodePerComm = 16;  // operations in the network at once per comm
 
-bool is_half(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+bool is_half(DType t) {
+  return t == DType::kF16 || t == DType::kBF16;
+}
 
 std::string who(const Job& job, const ClientSession& member) {
   return fmt::format("rank {} (node {}, local rank {}, pid {})", member.world_rank, job.node_index,
@@ -61,7 +63,8 @@ size_t Engine::drain(Job& job, ClientSession& member) {
       member.violation = fmt::format(
           "{}: submission ring position is impossible (consumed {}, capacity {}); the producer "
           "position ran ahead or backwards",
-          who(job, member), member.submissions().position(), member.segment().header().submit_capacity);
+          who(job, member), member.submissions().position(),
+          member.segment().header().submit_capacity);
       break;
     }
     ++taken;
@@ -70,7 +73,8 @@ size_t Engine::drain(Job& job, ClientSession& member) {
   return taken;
 }
 
-void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now) {
+void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc,
+                    uint64_t now) {
   Communicator& comm = job.world;
   if (desc.comm_id != comm.id()) {
     fail_one(member, desc, Status::kInvalidArgument,
@@ -168,8 +172,8 @@ size_t Engine::progress(Job& job, Communicator& comm) {
 void Engine::reduce_locally(Job& job, Operation& op, void* dst, bool widen) {
   const proto::OpDescriptor& d = op.first();
   const auto dtype = static_cast<DType>(d.dtype);
-  const RedOp redop = static_cast<RedOp>(d.redop) == RedOp::kAvg ? RedOp::kSum
-                                                                  : static_cast<RedOp>(d.redop);
+  const RedOp redop =
+      static_cast<RedOp>(d.redop) == RedOp::kAvg ? RedOp::kSum : static_cast<RedOp>(d.redop);
   std::vector<const void*> srcs;
   srcs.reserve(op.slots.size());
   for (size_t local = 0; local < op.slots.size(); ++local) {

@@ -31,7 +31,8 @@ std::string describe_submission(const proto::OpDescriptor& d) {
       "{} {} {} count {}", proto::collective_name(static_cast<proto::Collective>(d.collective)),
       proto::dtype_name(static_cast<proto::DType>(d.dtype)),
       proto::redop_name(static_cast<proto::RedOp>(d.redop)), d.count);
-  if (const std::string name = ipc::tensor_name(d); !name.empty()) text += fmt::format(" '{}'", name);
+  if (const std::string name = ipc::tensor_name(d); !name.empty())
+    text += fmt::format(" '{}'", name);
   return text;
 }
 

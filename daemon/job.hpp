@@ -80,7 +80,9 @@ class Job {
   enum class State { kAttaching, kForming, kRunning, kFailed };
 
   Job(std::string name, uint32_t local_size)
-      : name(std::move(name)), local_size(local_size), members(local_size, nullptr),
+      : name(std::move(name)),
+        local_size(local_size),
+        members(local_size, nullptr),
         world(0, local_size) {}
 
   bool all_attached() const { return attached == local_size; }

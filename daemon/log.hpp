@@ -2,11 +2,11 @@
 // that lines from several simulated nodes in one terminal stay attributable.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace nodecomm::daemon {
 
@@ -26,9 +26,9 @@ class Log {
   void write(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
     if (!enabled(level)) return;
     static constexpr const char* kNames[] = {"error", "warn", "info", "debug"};
-    const std::string line = fmt::format("nodecommd[{}] {}: {}\n", context_,
-                                         kNames[static_cast<int>(level)],
-                                         fmt::format(format, std::forward<Args>(args)...));
+    const std::string line =
+        fmt::format("nodecommd[{}] {}: {}\n", context_, kNames[static_cast<int>(level)],
+                    fmt::format(format, std::forward<Args>(args)...));
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
 
@@ -37,6 +37,7 @@ class Log {
   std::string context_ = "?";
 };
 
-#define NC_LOG(level, ...) ::nodecomm::daemon::Log::get().write(::nodecomm::daemon::LogLevel::level, __VA_ARGS__)
+#define NC_LOG(level, ...) \
+  ::nodecomm::daemon::Log::get().write(::nodecomm::daemon::LogLevel::level, __VA_ARGS__)
 
 }  // namespace nodecomm::daemon

@@ -33,9 +33,9 @@ StagingPool::~StagingPool() {
 }
 
 void* StagingPool::allocate(size_t bytes) {
-  void* p = use_numa_ ? numa_alloc_onnode(bytes, numa_node_)
-                      : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                             -1, 0);
+  void* p = use_numa_
+                ? numa_alloc_onnode(bytes, numa_node_)
+                : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == nullptr || p == MAP_FAILED) throw std::bad_alloc();
   ipc::prefault(p, bytes);
   return p;
@@ -72,9 +72,9 @@ void StagingPool::release(Buffer buffer) {
   // Over budget: drop the largest cached buffers first; they are the cheapest to re-fault
   // per byte and the least likely to be reused.
   while (cached_bytes_ > max_cached_bytes_ && !free_.empty()) {
-    auto largest = std::max_element(free_.begin(), free_.end(), [](const Buffer& a, const Buffer& b) {
-      return a.capacity < b.capacity;
-    });
+    auto largest =
+        std::max_element(free_.begin(), free_.end(),
+                         [](const Buffer& a, const Buffer& b) { return a.capacity < b.capacity; });
     cached_bytes_ -= largest->capacity;
     deallocate(*largest);
     free_.erase(largest);

@@ -26,6 +26,8 @@ class LoopbackTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_loopback_transport() { return std::make_unique<LoopbackTransport>(); }
+std::unique_ptr<Transport> make_loopback_transport() {
+  return std::make_unique<LoopbackTransport>();
+}
 
 }  // namespace nodecomm::daemon

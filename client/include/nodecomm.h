@@ -93,8 +93,8 @@ typedef struct nc_init_options {
 
 /* Per-operation attributes; pass NULL for the defaults. */
 typedef struct nc_op_attr {
-  int32_t priority;  /* reserved for scheduling; 0 */
-  const char* name;  /* tensor name shown in diagnostics; may be NULL; copied */
+  int32_t priority; /* reserved for scheduling; 0 */
+  const char* name; /* tensor name shown in diagnostics; may be NULL; copied */
 } nc_op_attr_t;
 
 /* Fills `opts` with the "use the environment" values (local_rank = -1, the rest zero). */
@@ -132,8 +132,8 @@ nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64
  * or nc_wait. Every rank of `comm` must post the same collectives in the same order with the
  * same count, dtype and op. */
 nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
-                         nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm,
-                         const nc_op_attr_t* attr, nc_request_t* req);
+                         nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm, const nc_op_attr_t* attr,
+                         nc_request_t* req);
 
 /* Non-blocking completion check. NC_IN_PROGRESS while running; otherwise the operation's
  * final status, and the request is released (testing it again gives

@@ -45,7 +45,8 @@ class Context;
 class Request {
  public:
   Request() = default;
-  Request(Request&& o) noexcept : ctx_(std::exchange(o.ctx_, nullptr)), id_(std::exchange(o.id_, 0)) {}
+  Request(Request&& o) noexcept
+      : ctx_(std::exchange(o.ctx_, nullptr)), id_(std::exchange(o.id_, 0)) {}
   Request& operator=(Request&& o) noexcept {
     if (this != &o) {
       abandon();
@@ -90,7 +91,8 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Buffer&& o) noexcept
-      : ctx_(std::exchange(o.ctx_, nullptr)), data_(std::exchange(o.data_, nullptr)),
+      : ctx_(std::exchange(o.ctx_, nullptr)),
+        data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)) {}
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {

@@ -31,8 +31,12 @@ nc_status_t not_initialized(const char* call) {
   return NC_ERR_NOT_INITIALIZED;
 }
 
-bool valid_dtype(nc_dtype_t t) { return t >= NC_F32 && t <= NC_U8; }
-bool valid_redop(nc_redop_t op) { return op >= NC_SUM && op <= NC_AVG; }
+bool valid_dtype(nc_dtype_t t) {
+  return t >= NC_F32 && t <= NC_U8;
+}
+bool valid_redop(nc_redop_t op) {
+  return op >= NC_SUM && op <= NC_AVG;
+}
 }  // namespace
 
 extern "C" {
@@ -67,12 +71,24 @@ nc_status_t nc_finalize(nc_context_t* ctx) {
   return s;
 }
 
-int nc_world_rank(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->world_rank()) : -1; }
-int nc_world_size(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->world_size()) : -1; }
-int nc_node_index(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->node_index()) : -1; }
-int nc_node_count(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->node_count()) : -1; }
-int nc_local_rank(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->local_rank()) : -1; }
-int nc_local_size(const nc_context_t* ctx) { return ctx ? static_cast<int>(ctx->impl->local_size()) : -1; }
+int nc_world_rank(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->world_rank()) : -1;
+}
+int nc_world_size(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->world_size()) : -1;
+}
+int nc_node_index(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->node_index()) : -1;
+}
+int nc_node_count(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->node_count()) : -1;
+}
+int nc_local_rank(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->local_rank()) : -1;
+}
+int nc_local_size(const nc_context_t* ctx) {
+  return ctx ? static_cast<int>(ctx->impl->local_size()) : -1;
+}
 
 nc_status_t nc_alloc(nc_context_t* ctx, size_t bytes, void** ptr) {
   if (ctx == nullptr) return not_initialized("nc_alloc");
@@ -100,19 +116,13 @@ nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t
                          nc_request_t* req) {
   if (ctx == nullptr) return not_initialized("nc_allreduce");
   if (!valid_dtype(dtype) || !valid_redop(op)) {
-    t_last_error = "nc_allreduce: unknown dtype " + std::to_string(dtype) + " or op " +
-                   std::to_string(op);
+    t_last_error =
+        "nc_allreduce: unknown dtype " + std::to_string(dtype) + " or op " + std::to_string(op);
     return NC_ERR_INVALID_ARGUMENT;
   }
-  const nodecomm::client::CollectiveArgs args{proto::Collective::kAllreduce,
-                                              send,
-                                              recv,
-                                              count,
-                                              static_cast<proto::DType>(dtype),
-                                              static_cast<proto::RedOp>(op),
-                                              comm,
-                                              0,
-                                              attr};
+  const nodecomm::client::CollectiveArgs args{
+      proto::Collective::kAllreduce, send, recv, count, static_cast<proto::DType>(dtype),
+      static_cast<proto::RedOp>(op), comm, 0,    attr};
   return report(ctx->impl->post(args, req));
 }
 
@@ -126,7 +136,9 @@ nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req) {
   return report(ctx->impl->wait(req));
 }
 
-const char* nc_last_error(void) { return t_last_error.c_str(); }
+const char* nc_last_error(void) {
+  return t_last_error.c_str();
+}
 
 const char* nc_status_string(nc_status_t status) {
   static thread_local std::string text;

@@ -1,5 +1,6 @@
 #include "context.hpp"
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/futex.hpp"
@@ -25,7 +24,9 @@ namespace {
 constexpr uint64_t kLivenessSliceNs = 50'000'000;  // futex sleeps this long between checks
 constexpr uint64_t kLivenessCheckNs = 5'000'000;
 
-Result fail(nc_status_t status, std::string message) { return Result{status, std::move(message)}; }
+Result fail(nc_status_t status, std::string message) {
+  return Result{status, std::move(message)};
+}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -85,8 +86,8 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
   } else if (const char* dir = env("NODECOMM_RUNTIME_DIR")) {
     s.runtime_dir = dir;
   } else {
-    const char* instance = o.instance != nullptr && *o.instance != '\0' ? o.instance
-                                                                         : env("NODECOMM_INSTANCE");
+    const char* instance =
+        o.instance != nullptr && *o.instance != '\0' ? o.instance : env("NODECOMM_INSTANCE");
     s.runtime_dir = ipc::instance_runtime_dir(instance != nullptr ? instance : "default");
   }
   const char* job = o.job != nullptr && *o.job != '\0' ? o.job : env("NODECOMM_JOB");
@@ -97,7 +98,8 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
   }
   if (o.local_rank >= 0) {
     s.local_rank = static_cast<uint32_t>(o.local_rank);
-  } else if (const char* v = env("NODECOMM_LOCAL_RANK"); v == nullptr || !parse_u32(v, s.local_rank)) {
+  } else if (const char* v = env("NODECOMM_LOCAL_RANK");
+             v == nullptr || !parse_u32(v, s.local_rank)) {
     return fail(NC_ERR_INVALID_ARGUMENT,
                 fmt::format("NODECOMM_LOCAL_RANK is {}; set it to this process's rank among the "
                             "job's ranks on this node (nodecomm-launch does)",
@@ -118,7 +120,8 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
   }
   if (o.arena_bytes > 0) {
     s.arena_bytes = o.arena_bytes;
-  } else if (const char* v = env("NODECOMM_ARENA_BYTES"); v != nullptr && !parse_size(v, s.arena_bytes)) {
+  } else if (const char* v = env("NODECOMM_ARENA_BYTES");
+             v != nullptr && !parse_size(v, s.arena_bytes)) {
     return fail(NC_ERR_INVALID_ARGUMENT,
                 fmt::format("NODECOMM_ARENA_BYTES '{}' is not a size like 64M", v));
   }
@@ -128,7 +131,8 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
     char* end = nullptr;
     const double t = std::strtod(v, &end);
     if (end == v || *end != '\0' || t < 0) {
-      return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("NODECOMM_TIMEOUT_SEC '{}' is not a number", v));
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_TIMEOUT_SEC '{}' is not a number", v));
     }
     s.timeout_sec = t == 0 ? 1e12 : t;
   }
@@ -178,7 +182,8 @@ Result Context::attach(const Settings& s) {
   const int timeout_ms = static_cast<int>(std::min(s.timeout_sec * 1000.0, 2.0e9));
   proto::HelloReply reply{};
   size_t size = 0;
-  ipc::IoResult io = ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
+  ipc::IoResult io =
+      ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
   if (io == ipc::IoResult::kTimeout) {
     return fail(NC_ERR_TIMEOUT, fmt::format("nodecommd at {} did not answer hello within {:.0f} s",
                                             path, s.timeout_sec));
@@ -204,17 +209,18 @@ Result Context::attach(const Settings& s) {
   const auto& h = segment_.header();
   submissions_ = ipc::RingProducer<proto::OpDescriptor>(&segment_.submit_ring(),
                                                         segment_.submit_slots(), h.submit_capacity);
-  completions_ = ipc::RingConsumer<proto::Completion>(&segment_.complete_ring(),
-                                                      segment_.complete_slots(), h.complete_capacity);
+  completions_ = ipc::RingConsumer<proto::Completion>(
+      &segment_.complete_ring(), segment_.complete_slots(), h.complete_capacity);
   arena_ = ArenaAllocator(h.arena_bytes);
 
   proto::JobReady ready{};
   io = ipc::recv_message_timed(socket_.get(), &ready, sizeof(ready), size, timeout_ms);
   if (io == ipc::IoResult::kTimeout) {
-    return fail(NC_ERR_TIMEOUT,
-                fmt::format("job '{}' did not form within {:.0f} s: local rank {} of {} is attached, "
-                            "but not every rank on every node has started",
-                            s.job, s.timeout_sec, s.local_rank, s.local_size));
+    return fail(
+        NC_ERR_TIMEOUT,
+        fmt::format("job '{}' did not form within {:.0f} s: local rank {} of {} is attached, "
+                    "but not every rank on every node has started",
+                    s.job, s.timeout_sec, s.local_rank, s.local_size));
   }
   if (io != ipc::IoResult::kOk || size != sizeof(ready) ||
       ready.type != static_cast<uint32_t>(proto::ControlType::kJobReady)) {
@@ -290,8 +296,8 @@ void Context::arena_info(uint64_t* total, uint64_t* free_bytes) const {
 }
 
 std::string Context::describe(const Request& r) const {
-  std::string text = fmt::format("{} seq {} on comm {} (rank {})", proto::collective_name(r.collective),
-                                 r.seq, r.comm, world_rank_);
+  std::string text = fmt::format("{} seq {} on comm {} (rank {})",
+                                 proto::collective_name(r.collective), r.seq, r.comm, world_rank_);
   if (!r.name.empty()) text += fmt::format(" '{}'", r.name);
   return text;
 }
@@ -338,12 +344,12 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
     // Copy path: one arena block holds send (and receives the result in place).
     const auto temp = arena_.allocate(bytes, 64);
     if (!temp) {
-      return fail(NC_ERR_NO_MEMORY,
-                  fmt::format("{} of {} bytes from memory outside the arena needs a {}-byte arena "
-                              "block and the arena has {} free; use nc_alloc buffers or a bigger "
-                              "arena",
-                              proto::collective_name(a.collective), bytes, bytes,
-                              arena_.free_bytes()));
+      return fail(
+          NC_ERR_NO_MEMORY,
+          fmt::format("{} of {} bytes from memory outside the arena needs a {}-byte arena "
+                      "block and the arena has {} free; use nc_alloc buffers or a bigger "
+                      "arena",
+                      proto::collective_name(a.collective), bytes, bytes, arena_.free_bytes()));
     }
     if (bytes > 0) std::memcpy(segment_.arena() + *temp, a.send, bytes);
     d.send_offset = d.recv_offset = *temp;
@@ -413,9 +419,9 @@ Result Context::retire(std::unordered_map<nc_request_t, Request>::iterator it) {
     arena_.release(req.temp_offset);
   }
   if (req.status == NC_OK) return Result::ok();
-  return fail(req.status, fmt::format("{}: {}", describe(req),
-                                      req.message.empty() ? nc_status_string(req.status)
-                                                          : req.message));
+  return fail(req.status,
+              fmt::format("{}: {}", describe(req),
+                          req.message.empty() ? nc_status_string(req.status) : req.message));
 }
 
 Result Context::test(nc_request_t id) {

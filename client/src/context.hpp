@@ -37,7 +37,7 @@ struct Settings {
 };
 
 // Resolves options, then the environment, then defaults.
-Result resolve_settings(const nc_init_options_t* opts, Settings& out);
+Result resolve_settings(const nc_init_options_t* opts, Settings& s);
 
 struct CollectiveArgs {
   proto::Collective collective;
@@ -63,8 +63,8 @@ class Context {
   void arena_info(uint64_t* total, uint64_t* free_bytes) const;
   Result post(const CollectiveArgs& args, nc_request_t* req);
   // NC_IN_PROGRESS, or the final status (and the request is released).
-  Result test(nc_request_t req);
-  Result wait(nc_request_t req);
+  Result test(nc_request_t id);
+  Result wait(nc_request_t id);
 
   uint32_t world_rank() const { return world_rank_; }
   uint32_t world_size() const { return world_size_; }

@@ -1,12 +1,11 @@
 // nodecommd: parse flags, bring up the transport (MPI), pin, serve until SIGTERM/SIGINT.
+#include <fmt/format.h>
 #include <malloc.h>
 #include <sys/prctl.h>
 
 #include <csignal>
 #include <cstdio>
 #include <exception>
-
-#include <fmt/format.h>
 
 #include "affinity.hpp"
 #include "config.hpp"
@@ -37,21 +36,21 @@ int main(int argc, char** argv) {
   // Short parks while the network is busy are only short with a small timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<Transport> transport = config.transport == "mpi"
-                                             ? make_mpi_transport(&argc, &argv)
-                                             : make_loopback_transport();
+  std::unique_ptr<Transport> transport =
+      config.transport == "mpi" ? make_mpi_transport(&argc, &argv) : make_loopback_transport();
   const uint32_t node = transport->node_index();
   config.instance = expand_node(config.instance, node);
   config.runtime_dir = expand_node(config.runtime_dir, node);
   Log::get().set_level(config.log_level);
-  Log::get().set_context(fmt::format("{} node {}/{}", config.instance, node, transport->node_count()));
+  Log::get().set_context(
+      fmt::format("{} node {}/{}", config.instance, node, transport->node_count()));
 
   if (!config.cores.empty()) {
     if (const std::string error = pin_to_cores(config.cores); !error.empty()) {

@@ -1,5 +1,6 @@
 #include "nodecomm/ipc/runtime_paths.hpp"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace nodecomm::ipc {
 
@@ -31,7 +30,9 @@ std::string socket_path(const std::string& runtime_dir) {
   return runtime_dir + "/" + kSocketFileName;
 }
 
-std::string ready_path(const std::string& runtime_dir) { return runtime_dir + "/" + kReadyFileName; }
+std::string ready_path(const std::string& runtime_dir) {
+  return runtime_dir + "/" + kReadyFileName;
+}
 
 void make_directories(const std::string& dir, unsigned leaf_mode) {
   for (size_t pos = 1; pos <= dir.size(); ++pos) {

@@ -1,5 +1,6 @@
 #include "nodecomm/ipc/segment.hpp"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace bip = boost::interprocess;
 
@@ -32,9 +31,10 @@ Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32
   if (!proto::is_power_of_two(spec.submit_capacity) ||
       !proto::is_power_of_two(spec.complete_capacity) ||
       spec.complete_capacity < spec.submit_capacity) {
-    throw std::runtime_error(fmt::format("segment {}: ring capacities {}/{} must be powers of two "
-                                         "with completion >= submission",
-                                         name, spec.submit_capacity, spec.complete_capacity));
+    throw std::runtime_error(
+        fmt::format("segment {}: ring capacities {}/{} must be powers of two "
+                    "with completion >= submission",
+                    name, spec.submit_capacity, spec.complete_capacity));
   }
   const proto::SegmentGeometry g =
       proto::segment_geometry(spec.submit_capacity, spec.complete_capacity, spec.arena_bytes);
@@ -54,7 +54,8 @@ Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32
     seg.region_ = bip::mapped_region(shm, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
     bip::shared_memory_object::remove(name.c_str());
-    throw std::runtime_error(fmt::format("segment {} ({} bytes): {}", name, g.segment_bytes, e.what()));
+    throw std::runtime_error(
+        fmt::format("segment {} ({} bytes): {}", name, g.segment_bytes, e.what()));
   }
   prefault(seg.base(), g.segment_bytes);
 
@@ -72,7 +73,8 @@ Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32
   h.client_id = client_id;
   h.local_rank = local_rank;
   // release: a client that acquires the version sees every field written above.
-  std::atomic_ref<uint32_t>(h.layout_version).store(proto::kLayoutVersion, std::memory_order_release);
+  std::atomic_ref<uint32_t>(h.layout_version)
+      .store(proto::kLayoutVersion, std::memory_order_release);
   return seg;
 }
 
@@ -85,28 +87,30 @@ Segment Segment::open(const std::string& name) {
     throw std::runtime_error(fmt::format("cannot map segment {}: {}", name, e.what()));
   }
   if (seg.size() < sizeof(proto::SegmentHeader)) {
-    throw std::runtime_error(fmt::format("segment {} is {} bytes, smaller than its header", name,
-                                         seg.size()));
+    throw std::runtime_error(
+        fmt::format("segment {} is {} bytes, smaller than its header", name, seg.size()));
   }
   const auto& h = seg.header();
   // acquire: pairs with the creator's release store of the version.
   const uint32_t version =
       std::atomic_ref<const uint32_t>(h.layout_version).load(std::memory_order_acquire);
   if (h.magic != proto::kSegmentMagic || version != proto::kLayoutVersion) {
-    throw std::runtime_error(fmt::format("segment {}: magic {:#x} layout version {}, expected "
-                                         "{:#x} version {}",
-                                         name, h.magic, version, proto::kSegmentMagic,
-                                         proto::kLayoutVersion));
+    throw std::runtime_error(
+        fmt::format("segment {}: magic {:#x} layout version {}, expected "
+                    "{:#x} version {}",
+                    name, h.magic, version, proto::kSegmentMagic, proto::kLayoutVersion));
   }
   const proto::SegmentGeometry g =
       proto::segment_geometry(h.submit_capacity, h.complete_capacity, h.arena_bytes);
   if (!proto::is_power_of_two(h.submit_capacity) || !proto::is_power_of_two(h.complete_capacity) ||
       g.segment_bytes != h.segment_bytes || g.segment_bytes > seg.size() ||
       g.arena_offset != h.arena_offset || g.submit_ring_offset != h.submit_ring_offset ||
-      g.complete_ring_offset != h.complete_ring_offset || g.doorbells_offset != h.doorbells_offset) {
-    throw std::runtime_error(fmt::format("segment {}: header geometry does not match layout "
-                                         "version {}",
-                                         name, version));
+      g.complete_ring_offset != h.complete_ring_offset ||
+      g.doorbells_offset != h.doorbells_offset) {
+    throw std::runtime_error(
+        fmt::format("segment {}: header geometry does not match layout "
+                    "version {}",
+                    name, version));
   }
   prefault(seg.base(), h.segment_bytes);
   return seg;

@@ -1,6 +1,7 @@
 #include "nodecomm/ipc/socket.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,8 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace nodecomm::ipc {
 
@@ -38,7 +37,8 @@ Fd listen_unix(const std::string& path, unsigned mode) {
   }
   Fd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) throw std::runtime_error(fmt::format("socket(): {}", std::strerror(errno)));
-  ::unlink(path.c_str());  // a stale file from a crashed daemon; the instance lock protects live ones
+  ::unlink(
+      path.c_str());  // a stale file from a crashed daemon; the instance lock protects live ones
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     throw std::runtime_error(fmt::format("bind {}: {}", path, std::strerror(errno)));
   }

@@ -16,7 +16,9 @@ std::string tensor_name(const proto::OpDescriptor& d) {
 }
 
 namespace {
-Verdict reject(Status s, std::string message) { return Verdict{s, std::move(message)}; }
+Verdict reject(Status s, std::string message) {
+  return Verdict{s, std::move(message)};
+}
 
 // [offset, offset + bytes) inside [0, arena) without overflow, naturally aligned.
 Verdict check_buffer(const char* which, uint64_t offset, uint64_t bytes, uint64_t elem,
@@ -52,9 +54,9 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
                               proto::dtype_name(static_cast<proto::DType>(d.dtype))));
   }
   if ((d.flags & ~proto::kOpFlagInPlace) != 0 || d.reserved != 0) {
-    return reject(Status::kInvalidArgument,
-                  fmt::format("unknown flags {:#x} or non-zero reserved field {}", d.flags,
-                              d.reserved));
+    return reject(
+        Status::kInvalidArgument,
+        fmt::format("unknown flags {:#x} or non-zero reserved field {}", d.flags, d.reserved));
   }
   if (d.seq == 0) return reject(Status::kInvalidArgument, "sequence number 0 (they start at 1)");
   if (d.count > limits.max_count) {
@@ -66,7 +68,8 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
   if (Verdict v = check_buffer("send", d.send_offset, bytes, elem, limits.arena_bytes); !v.ok()) {
     return v;
   }
-  if (Verdict v = check_buffer("receive", d.recv_offset, bytes, elem, limits.arena_bytes); !v.ok()) {
+  if (Verdict v = check_buffer("receive", d.recv_offset, bytes, elem, limits.arena_bytes);
+      !v.ok()) {
     return v;
   }
   const bool in_place = (d.flags & proto::kOpFlagInPlace) != 0;

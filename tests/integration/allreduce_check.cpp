@@ -20,7 +20,8 @@ std::vector<std::string> split(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    out.push_back(
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -109,9 +110,12 @@ int main(int argc, char** argv) {
   std::string ops = "sum";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--counts") counts = argv[i + 1];
-    else if (flag == "--dtypes") dtypes = argv[i + 1];
-    else if (flag == "--ops") ops = argv[i + 1];
+    if (flag == "--counts")
+      counts = argv[i + 1];
+    else if (flag == "--dtypes")
+      dtypes = argv[i + 1];
+    else if (flag == "--ops")
+      ops = argv[i + 1];
     else {
       std::fprintf(stderr, "allreduce_check: unknown flag %s\n", argv[i]);
       return 2;
@@ -135,10 +139,18 @@ int main(int argc, char** argv) {
           const uint64_t count = std::stoull(c);
           for (const char* mode : {"outofplace", "inplace", "heap"}) {
             switch (dtype) {
-              case NC_F32: wrong += check_one<float>(ctx, count, mode, op); break;
-              case NC_F64: wrong += check_one<double>(ctx, count, mode, op); break;
-              case NC_I32: wrong += check_one<int32_t>(ctx, count, mode, op); break;
-              case NC_I64: wrong += check_one<int64_t>(ctx, count, mode, op); break;
+              case NC_F32:
+                wrong += check_one<float>(ctx, count, mode, op);
+                break;
+              case NC_F64:
+                wrong += check_one<double>(ctx, count, mode, op);
+                break;
+              case NC_I32:
+                wrong += check_one<int32_t>(ctx, count, mode, op);
+                break;
+              case NC_I64:
+                wrong += check_one<int64_t>(ctx, count, mode, op);
+                break;
               default:
                 std::fprintf(stderr, "allreduce_check: dtype %s not covered here\n",
                              dtype_name.c_str());

@@ -20,7 +20,9 @@ int expect(bool ok, int rank, const char* what, const char* detail) {
   return 1;
 }
 
-bool contains(const char* text, const char* words) { return std::strstr(text, words) != nullptr; }
+bool contains(const char* text, const char* words) {
+  return std::strstr(text, words) != nullptr;
+}
 
 int mismatch(nc_context_t* ctx) {
   const int rank = nc_world_rank(ctx);
@@ -125,7 +127,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error_paths: unknown mode %s\n", argv[1]);
     bad = 2;
   }
-  if (bad == 0) std::printf("error_paths %s: rank %d saw the expected errors\n", argv[1], nc_world_rank(ctx));
+  if (bad == 0)
+    std::printf("error_paths %s: rank %d saw the expected errors\n", argv[1], nc_world_rank(ctx));
   nc_finalize(ctx);
   return bad == 0 ? 0 : 1;
 }

@@ -1,9 +1,9 @@
+#include "arena.hpp"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
-
-#include "arena.hpp"
 
 namespace nodecomm::client {
 namespace {

@@ -32,8 +32,10 @@ TEST(Layout, GeometryIsOrderedAlignedAndCoversTheArena) {
       const SegmentGeometry g = segment_geometry(cap, cap, arena);
       EXPECT_GE(g.doorbells_offset, sizeof(SegmentHeader));
       EXPECT_GE(g.submit_ring_offset, g.doorbells_offset + sizeof(Doorbells));
-      EXPECT_GE(g.complete_ring_offset, g.submit_ring_offset + sizeof(RingHeader) + cap * sizeof(OpDescriptor));
-      EXPECT_GE(g.arena_offset, g.complete_ring_offset + sizeof(RingHeader) + cap * sizeof(Completion));
+      EXPECT_GE(g.complete_ring_offset,
+                g.submit_ring_offset + sizeof(RingHeader) + cap * sizeof(OpDescriptor));
+      EXPECT_GE(g.arena_offset,
+                g.complete_ring_offset + sizeof(RingHeader) + cap * sizeof(Completion));
       EXPECT_EQ(g.arena_offset % kArenaAlignment, 0u);
       EXPECT_EQ(g.submit_ring_offset % kLineBytes, 0u);
       EXPECT_EQ(g.complete_ring_offset % kLineBytes, 0u);

@@ -1,5 +1,8 @@
 // SPSC ring: wrap-around, full and empty, hostile positions, and a two-process stress test
 // over a real MAP_SHARED mapping.
+#include "nodecomm/ipc/ring.hpp"
+
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,10 +11,6 @@
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include "nodecomm/ipc/ring.hpp"
 
 namespace nodecomm::ipc {
 namespace {

@@ -1,18 +1,19 @@
 // Segments through Boost.Interprocess: created 0600 with a published layout, mapped by a
 // second mapping that agrees on the geometry, gone from /dev/shm after unlink.
+#include "nodecomm/ipc/segment.hpp"
+
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 
-#include <gtest/gtest.h>
-
-#include "nodecomm/ipc/segment.hpp"
-
 namespace nodecomm::ipc {
 namespace {
 
-std::string unique_name() { return "/nodecomm.test." + std::to_string(::getpid()); }
+std::string unique_name() {
+  return "/nodecomm.test." + std::to_string(::getpid());
+}
 
 TEST(Segment, CreateOpenUnlink) {
   const std::string name = unique_name();
@@ -21,7 +22,7 @@ TEST(Segment, CreateOpenUnlink) {
   spec.complete_capacity = 128;
   spec.arena_bytes = 1 << 20;
   Segment created = Segment::create(name, spec, 7, 3, ::getuid(), ::getgid());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(st.st_uid, ::getuid());

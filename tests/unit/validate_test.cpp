@@ -1,10 +1,10 @@
 // Descriptor validation: each malformed field is rejected with the right status and a message
 // that names the field.
+#include "nodecomm/ipc/validate.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
-
-#include "nodecomm/ipc/validate.hpp"
 
 namespace nodecomm::ipc {
 namespace {
@@ -32,7 +32,9 @@ void expect_rejected(const proto::OpDescriptor& d, Status status, const char* wo
   EXPECT_NE(v.message.find(words), std::string::npos) << v.message;
 }
 
-TEST(Validate, AcceptsAGoodDescriptor) { EXPECT_TRUE(validate_descriptor(good(), kLimits).ok()); }
+TEST(Validate, AcceptsAGoodDescriptor) {
+  EXPECT_TRUE(validate_descriptor(good(), kLimits).ok());
+}
 
 TEST(Validate, AcceptsInPlaceAndZeroCount) {
   auto d = good();

@@ -68,6 +68,7 @@ std::vector<size_t> geometric_sizes(uint64_t min, uint64_t max, uint64_t factor,
 
 std::vector<size_t> rounded_sizes(const std::vector<uint64_t>& bytes, size_t element) {
   std::vector<size_t> sizes;
+  sizes.reserve(bytes.size());
   for (uint64_t b : bytes) sizes.push_back(round_to_element(b, element));
   return sizes;
 }

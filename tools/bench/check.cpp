@@ -58,22 +58,18 @@ float bf16_to_f32(uint16_t bits) {
 
 size_t dtype_bytes(nc_dtype_t dtype) {
   switch (dtype) {
-    case NC_F32:
-      return 4;
-    case NC_F64:
-      return 8;
-    case NC_I32:
-      return 4;
-    case NC_I64:
-      return 8;
-    case NC_F16:
-      return 2;
-    case NC_BF16:
-      return 2;
     case NC_I8:
-      return 1;
     case NC_U8:
       return 1;
+    case NC_F16:
+    case NC_BF16:
+      return 2;
+    case NC_F32:
+    case NC_I32:
+      return 4;
+    case NC_F64:
+    case NC_I64:
+      return 8;
   }
   return 0;
 }

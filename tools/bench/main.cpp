@@ -100,9 +100,7 @@ Config to_config(const Flags& f, const CLI::App& app) {
   return c;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   CLI::App app{
       "nodecomm-bench: allreduce latency and bandwidth, nccl-tests style.\n"
       "With --backend nodecomm run it under nodecomm-launch; with --backend mpi under\n"
@@ -186,6 +184,17 @@ int main(int argc, char** argv) {
     std::fflush(stdout);  // the rows measured so far, before the error
     fmt::print(stderr, "nodecomm-bench: rank {}: error: {}\n", rank, e.what());
     backend->finalize(false);
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nodecomm-bench: error: {}\n", e.what());
     return 1;
   }
 }

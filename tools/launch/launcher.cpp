@@ -43,7 +43,7 @@ constexpr int kMpirunTimeoutSlackSeconds = 30;
 // More than this many names in one message is noise.
 constexpr size_t kMaxListedRanks = 16;
 // A line this long without a newline is forwarded anyway, so memory stays bounded.
-constexpr size_t kMaxPartialLine = 64 * 1024;
+constexpr size_t kMaxPartialLine = size_t{64} * 1024;
 constexpr const char* kMpirunPrefix = "[mpirun] ";
 
 std::string list_text(const std::string& one, const std::string& many,

@@ -165,7 +165,8 @@ std::string find_executable(const std::string& name) {
     const size_t end = std::min(path.find(':', begin), path.size());
     // An empty PATH element means the current directory, as for execvp.
     const std::string dir = end == begin ? "." : path.substr(begin, end - begin);
-    const std::string candidate = dir + "/" + name;
+    std::string candidate = dir;
+    candidate.append("/").append(name);
     if (executable_file(candidate)) return candidate;
     begin = end + 1;
   }
@@ -191,7 +192,8 @@ std::vector<std::string> environment_with(
     for (const auto& [name, value] : overrides) replaced = replaced || key == name;
     if (!replaced) env.emplace_back(entry);
   }
-  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : overrides)
+    env.push_back(std::string(name).append("=").append(value));
   return env;
 }
 

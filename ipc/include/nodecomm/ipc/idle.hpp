@@ -11,8 +11,8 @@
 namespace nodecomm::ipc {
 
 struct IdleConfig {
-  uint32_t spins = 2000;       // busy iterations before yielding
-  uint32_t yields = 200;       // sched_yield calls before parking
+  uint32_t spins = 2000;          // busy iterations before yielding
+  uint32_t yields = 200;          // sched_yield calls before parking
   uint64_t min_park_ns = 20'000;  // first park; doubles each time up to max_park_ns
   uint64_t max_park_ns = 1'000'000;
 

@@ -93,9 +93,7 @@ class RingConsumer {
     return RingResult::kOk;
   }
 
-  bool maybe_nonempty() {
-    return refresh() != RingResult::kOk || head_ != cached_tail_;
-  }
+  bool maybe_nonempty() { return refresh() != RingResult::kOk || head_ != cached_tail_; }
 
   uint64_t position() const { return head_; }
   uint64_t published() const { return cached_tail_; }

@@ -38,7 +38,9 @@ class Segment {
   uint64_t size() const { return region_.get_size(); }
   proto::SegmentHeader& header() const { return *static_cast<proto::SegmentHeader*>(base()); }
   proto::Doorbells& doorbells() const { return *at<proto::Doorbells>(header().doorbells_offset); }
-  proto::RingHeader& submit_ring() const { return *at<proto::RingHeader>(header().submit_ring_offset); }
+  proto::RingHeader& submit_ring() const {
+    return *at<proto::RingHeader>(header().submit_ring_offset);
+  }
   proto::OpDescriptor* submit_slots() const {
     return at<proto::OpDescriptor>(header().submit_ring_offset + sizeof(proto::RingHeader));
   }

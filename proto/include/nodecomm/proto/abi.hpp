@@ -47,22 +47,23 @@ inline constexpr uint32_t kOpFlagInPlace = 1u << 0;  // send buffer is the recei
 // A client's request for one collective. The daemon copies it out of shared memory
 // before looking at any field and validates every field (see ipc/validate.hpp).
 struct OpDescriptor {
-  uint64_t correlation_id;  // client-chosen, echoed in the completion
-  uint64_t seq;             // per-communicator sequence number, 1, 2, 3, ...
-  uint64_t count;           // elements
-  uint64_t send_offset;     // arena offset of the send buffer
-  uint64_t recv_offset;     // arena offset of the receive buffer
-  uint32_t comm_id;         // 0 is the world communicator
-  uint32_t root;            // rank within comm, for rooted collectives
-  int32_t priority;         // higher runs first once scheduling lands; 0 by default
-  uint16_t collective;      // Collective
-  uint8_t dtype;            // DType
-  uint8_t redop;            // RedOp
-  uint32_t flags;           // kOpFlag*
-  uint32_t reserved;        // must be 0
+  uint64_t correlation_id;      // client-chosen, echoed in the completion
+  uint64_t seq;                 // per-communicator sequence number, 1, 2, 3, ...
+  uint64_t count;               // elements
+  uint64_t send_offset;         // arena offset of the send buffer
+  uint64_t recv_offset;         // arena offset of the receive buffer
+  uint32_t comm_id;             // 0 is the world communicator
+  uint32_t root;                // rank within comm, for rooted collectives
+  int32_t priority;             // higher runs first once scheduling lands; 0 by default
+  uint16_t collective;          // Collective
+  uint8_t dtype;                // DType
+  uint8_t redop;                // RedOp
+  uint32_t flags;               // kOpFlag*
+  uint32_t reserved;            // must be 0
   char name[kTensorNameBytes];  // diagnostics only, NUL-padded, need not be terminated
 };
-static_assert(std::is_standard_layout_v<OpDescriptor> && std::is_trivially_copyable_v<OpDescriptor>);
+static_assert(std::is_standard_layout_v<OpDescriptor> &&
+              std::is_trivially_copyable_v<OpDescriptor>);
 static_assert(sizeof(OpDescriptor) == 112);
 static_assert(offsetof(OpDescriptor, comm_id) == 40);
 static_assert(offsetof(OpDescriptor, collective) == 52);
@@ -86,7 +87,7 @@ struct Doorbells {
   // Daemon → client: bumped after the daemon publishes completions; the client futex-waits on
   // it. client_waiting tells the daemon a FUTEX_WAKE is worth a syscall.
   alignas(kLineBytes) uint32_t completion_futex;
-  uint32_t daemon_parked;  // daemon sets before it sleeps; client swaps to 0 and sends a wake
+  uint32_t daemon_parked;        // daemon sets before it sleeps; client swaps to 0 and sends a wake
   uint64_t daemon_heartbeat_ns;  // CLOCK_MONOTONIC, written by the daemon
   alignas(kLineBytes) uint32_t client_waiting;
   uint32_t client_reserved;
@@ -102,11 +103,11 @@ struct SegmentHeader {
   uint32_t header_bytes;
   uint64_t segment_bytes;
   uint64_t doorbells_offset;
-  uint64_t submit_ring_offset;  // RingHeader, then submit_capacity OpDescriptors
+  uint64_t submit_ring_offset;    // RingHeader, then submit_capacity OpDescriptors
   uint64_t complete_ring_offset;  // RingHeader, then complete_capacity Completions
   uint64_t arena_offset;
   uint64_t arena_bytes;
-  uint32_t submit_capacity;  // power of two
+  uint32_t submit_capacity;    // power of two
   uint32_t complete_capacity;  // power of two, >= submit_capacity
   uint32_t client_id;
   uint32_t local_rank;
@@ -133,7 +134,9 @@ constexpr uint64_t align_up(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-constexpr bool is_power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+constexpr bool is_power_of_two(uint64_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
 
 constexpr SegmentGeometry segment_geometry(uint32_t submit_capacity, uint32_t complete_capacity,
                                            uint64_t arena_bytes) {

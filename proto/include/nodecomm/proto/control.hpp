@@ -26,13 +26,13 @@ enum class ControlType : uint32_t {
 };
 
 struct Hello {
-  uint32_t type;  // kHello
-  uint32_t magic;  // kControlMagic
+  uint32_t type;            // kHello
+  uint32_t magic;           // kControlMagic
   uint32_t layout_version;  // kLayoutVersion the client was built with
   uint32_t local_rank;
   uint32_t local_size;
   uint32_t reserved;
-  uint64_t arena_bytes;  // requested; the daemon may refuse more than its limit
+  uint64_t arena_bytes;     // requested; the daemon may refuse more than its limit
   char job[kJobNameBytes];  // NUL-terminated
 };
 static_assert(sizeof(Hello) == 96 && std::is_trivially_copyable_v<Hello>);
@@ -75,6 +75,7 @@ struct Bye {
 };
 
 inline constexpr size_t kMaxControlMessageBytes = sizeof(HelloReply);
-static_assert(sizeof(JobReady) <= kMaxControlMessageBytes && sizeof(Hello) <= kMaxControlMessageBytes);
+static_assert(sizeof(JobReady) <= kMaxControlMessageBytes &&
+              sizeof(Hello) <= kMaxControlMessageBytes);
 
 }  // namespace nodecomm::proto

@@ -17,13 +17,13 @@ enum class Status : int32_t {
   kPeerLost = 5,         // a member rank or a remote daemon disappeared
   kDaemonLost = 6,       // the client's own daemon disappeared
   kTimeout = 7,
-  kQueueFull = 8,        // too many operations in flight
+  kQueueFull = 8,  // too many operations in flight
   kNoMemory = 9,
   kNotInitialized = 10,
-  kProtocol = 11,        // the other side broke the shared-memory or socket protocol
+  kProtocol = 11,  // the other side broke the shared-memory or socket protocol
   kPermission = 12,
   kInternal = 13,
-  kInProgress = 14,      // test(): not complete yet
+  kInProgress = 14,  // test(): not complete yet
 };
 
 enum class DType : uint8_t {
@@ -42,29 +42,43 @@ enum class Collective : uint16_t { kAllreduce = 0, kCount };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    default: return 0;
+    case DType::kI8:
+    case DType::kU8:
+      return 1;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
-    default: return "?dtype";
+    case DType::kF32:
+      return "f32";
+    case DType::kF64:
+      return "f64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    default:
+      return "?dtype";
   }
 }
 
@@ -74,36 +88,58 @@ constexpr bool dtype_is_float(DType t) {
 
 constexpr std::string_view redop_name(RedOp op) {
   switch (op) {
-    case RedOp::kSum: return "sum";
-    case RedOp::kProd: return "prod";
-    case RedOp::kMin: return "min";
-    case RedOp::kMax: return "max";
-    case RedOp::kAvg: return "avg";
-    default: return "?redop";
+    case RedOp::kSum:
+      return "sum";
+    case RedOp::kProd:
+      return "prod";
+    case RedOp::kMin:
+      return "min";
+    case RedOp::kMax:
+      return "max";
+    case RedOp::kAvg:
+      return "avg";
+    default:
+      return "?redop";
   }
 }
 
 constexpr std::string_view collective_name(Collective c) {
-  return c == Collective::kAllreduce ? std::string_view{"allreduce"} : std::string_view{"?collective"};
+  return c == Collective::kAllreduce ? std::string_view{"allreduce"}
+                                     : std::string_view{"?collective"};
 }
 
 constexpr std::string_view status_name(Status s) {
   switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kInvalidArgument: return "invalid argument";
-    case Status::kOutOfRange: return "out of range";
-    case Status::kUnsupported: return "unsupported";
-    case Status::kMismatch: return "mismatched collective";
-    case Status::kPeerLost: return "peer lost";
-    case Status::kDaemonLost: return "daemon lost";
-    case Status::kTimeout: return "timeout";
-    case Status::kQueueFull: return "queue full";
-    case Status::kNoMemory: return "out of memory";
-    case Status::kNotInitialized: return "not initialized";
-    case Status::kProtocol: return "protocol violation";
-    case Status::kPermission: return "permission denied";
-    case Status::kInternal: return "internal error";
-    case Status::kInProgress: return "in progress";
+    case Status::kOk:
+      return "ok";
+    case Status::kInvalidArgument:
+      return "invalid argument";
+    case Status::kOutOfRange:
+      return "out of range";
+    case Status::kUnsupported:
+      return "unsupported";
+    case Status::kMismatch:
+      return "mismatched collective";
+    case Status::kPeerLost:
+      return "peer lost";
+    case Status::kDaemonLost:
+      return "daemon lost";
+    case Status::kTimeout:
+      return "timeout";
+    case Status::kQueueFull:
+      return "queue full";
+    case Status::kNoMemory:
+      return "out of memory";
+    case Status::kNotInitialized:
+      return "not initialized";
+    case Status::kProtocol:
+      return "protocol violation";
+    case Status::kPermission:
+      return "permission denied";
+    case Status::kInternal:
+      return "internal error";
+    case Status::kInProgress:
+      return "in progress";
   }
   return "unknown status";
 }
