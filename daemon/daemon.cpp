@@ -17,6 +17,7 @@
 
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
 
@@ -28,17 +29,6 @@ constexpr uint64_t kSocketCheckNs = 50'000;  // socket poll interval while busy
 constexpr uint64_t kHeartbeatNs = 10'000'000;
 constexpr int kParkTimeoutMs = 100;
 
-template <size_t N>
-void copy_text(char (&dst)[N], const std::string& text) {
-  const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(dst, text.data(), n);
-  dst[n] = '\0';
-}
-
-template <size_t N>
-bool terminated(const char (&text)[N]) {
-  return std::memchr(text, '\0', N) != nullptr;
-}
 }  // namespace
 
 Daemon::Daemon(DaemonConfig config, Transport& transport)
@@ -257,7 +247,7 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   proto::HelloReply reply{};
   reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
   reply.status = static_cast<int32_t>(status);
-  copy_text(reply.message, text);
+  ipc::copy_text(reply.message, text);
   ipc::send_message(client.fd(), &reply, sizeof(reply));
   NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
   drop(client, "refused at attach");
@@ -270,7 +260,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                              fmt::format("client speaks layout version {}, nodecommd speaks {}",
                                          hello.layout_version, proto::kLayoutVersion));
   }
-  if (!terminated(hello.job) || hello.job[0] == '\0') {
+  if (!ipc::is_terminated(hello.job) || hello.job[0] == '\0') {
     return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
   }
   const std::string job_name = hello.job;
@@ -343,7 +333,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
   reply.status = static_cast<int32_t>(Status::kOk);
   reply.segment_bytes = client.segment().size();
-  copy_text(reply.segment_name, name);
+  ipc::copy_text(reply.segment_name, name);
   if (ipc::send_message(client.fd(), &reply, sizeof(reply)) != ipc::IoResult::kOk) {
     drop(client, "could not be sent its segment name");
   }
@@ -421,7 +411,7 @@ void Daemon::send_job_ready(Job& job, proto::Status status, const std::string& t
     ready.node_count = job.node_count;
     ready.local_rank = member->local_rank;
     ready.local_size = job.local_size;
-    copy_text(ready.message, text);
+    ipc::copy_text(ready.message, text);
     if (ipc::send_message(member->fd(), &ready, sizeof(ready)) != ipc::IoResult::kOk) {
       drop(*member, "could not be told its world placement");
     }

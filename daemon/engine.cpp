@@ -9,6 +9,7 @@
 #include "client_session.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
 #include "reduce.hpp"
 
@@ -31,11 +32,6 @@ std::string who(const Job& job, const ClientSession& member) {
                      member.local_rank, member.cred().pid);
 }
 
-void copy_message(char (&dst)[proto::kCompletionMessageBytes], const std::string& text) {
-  const size_t n = std::min(text.size(), sizeof(dst) - 1);
-  std::memcpy(dst, text.data(), n);
-  dst[n] = '\0';
-}
 }  // namespace
 
 size_t Engine::poll(Job& job) {
@@ -258,7 +254,7 @@ void Engine::complete(Job& job, Operation& op, Status status, const std::string&
     c.status = static_cast<int32_t>(status);
     c.comm_id = op.slots[local]->desc.comm_id;
     c.elapsed_ns = now - op.last_arrival_ns;
-    copy_message(c.message, message);
+    ipc::copy_text(c.message, message);
     member->complete(c);
   }
   if (status != Status::kOk) {
@@ -275,7 +271,7 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
   c.seq = desc.seq;
   c.status = static_cast<int32_t>(status);
   c.comm_id = desc.comm_id;
-  copy_message(c.message, message);
+  ipc::copy_text(c.message, message);
   member.complete(c);
   NC_LOG(kWarn, "client {} (pid {}): {}", member.id(), member.cred().pid, message);
 }

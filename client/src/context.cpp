@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
@@ -60,18 +61,6 @@ bool parse_size(const char* text, uint64_t& out) {
   }
   out = v * scale;
   return true;
-}
-
-template <size_t N>
-void copy_text(char (&dst)[N], const std::string& text) {
-  const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(dst, text.data(), n);
-  dst[n] = '\0';
-}
-
-template <size_t N>
-std::string bounded(const char (&text)[N]) {
-  return std::string(text, strnlen(text, N));
 }
 
 }  // namespace
@@ -175,7 +164,7 @@ Result Context::attach(const Settings& s) {
   hello.local_rank = s.local_rank;
   hello.local_size = s.local_size;
   hello.arena_bytes = s.arena_bytes;
-  copy_text(hello.job, s.job);
+  ipc::copy_text(hello.job, s.job);
   if (ipc::send_message(socket_.get(), &hello, sizeof(hello)) != ipc::IoResult::kOk) {
     return daemon_lost("sending hello");
   }
@@ -195,10 +184,10 @@ Result Context::attach(const Settings& s) {
   if (reply.status != 0) {
     return fail(static_cast<nc_status_t>(reply.status),
                 fmt::format("nodecommd refused local rank {} of job '{}': {}", s.local_rank, s.job,
-                            bounded(reply.message)));
+                            ipc::bounded_text(reply.message)));
   }
   try {
-    segment_ = ipc::Segment::open(bounded(reply.segment_name));
+    segment_ = ipc::Segment::open(ipc::bounded_text(reply.segment_name));
   } catch (const std::exception& e) {
     return fail(NC_ERR_PROTOCOL, e.what());
   }
@@ -227,7 +216,7 @@ Result Context::attach(const Settings& s) {
     return daemon_lost("waiting for the job to form");
   }
   if (ready.status != 0) {
-    return fail(static_cast<nc_status_t>(ready.status), bounded(ready.message));
+    return fail(static_cast<nc_status_t>(ready.status), ipc::bounded_text(ready.message));
   }
   // This node's ranks and its daemon poll; with more of them than CPUs, waits must yield early.
   idle_config_ = ipc::IdleConfig::for_load(s.local_size + 1);
@@ -337,7 +326,7 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   d.root = a.root;
   d.priority = a.attr != nullptr ? a.attr->priority : 0;
   d.flags = in_place ? proto::kOpFlagInPlace : 0;
-  copy_text(d.name, r.name);
+  ipc::copy_text(d.name, r.name);
   const bool send_in_arena = in_arena(a.send, bytes, d.send_offset);
   const bool recv_in_arena = in_arena(a.recv, bytes, d.recv_offset);
   if (!send_in_arena || !recv_in_arena) {
@@ -404,7 +393,7 @@ Result Context::drain_completions() {
     Request& req = it->second;
     req.done = true;
     req.status = static_cast<nc_status_t>(c.status);
-    if (c.status != 0) req.message = bounded(c.message);
+    if (c.status != 0) req.message = ipc::bounded_text(c.message);
     --in_flight_;
   }
 }

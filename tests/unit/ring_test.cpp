@@ -25,6 +25,30 @@ struct Shared {
   Entry slots[8];
 };
 
+// Consumes `total` entries, counting any out of order or corrupted. Gives up after 60 s.
+struct Drained {
+  uint64_t received = 0;
+  uint64_t bad = 0;
+};
+template <class Check>
+Drained drain_all(RingConsumer<Entry>& consumer, uint64_t total, Check expected_check) {
+  Drained d;
+  Entry e{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (d.received < total && std::chrono::steady_clock::now() < deadline) {
+    const RingResult r = consumer.try_pop(e);
+    if (r == RingResult::kEmpty) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (r != RingResult::kOk || e.seq != d.received || e.check != expected_check(d.received)) {
+      ++d.bad;
+    }
+    ++d.received;
+  }
+  return d;
+}
+
 TEST(Ring, WrapsAroundManyTimesInOrder) {
   Shared s{};
   RingProducer<Entry> producer(&s.header, s.slots, 8);
@@ -130,24 +154,12 @@ TEST(Ring, TwoProcessStress) {
     _exit(0);
   }
   RingConsumer<Entry> consumer(header, slots, kCapacity);
-  uint64_t expected = 0;
-  uint64_t bad = 0;
-  Entry e{};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (expected < kEntries && std::chrono::steady_clock::now() < deadline) {
-    const RingResult r = consumer.try_pop(e);
-    if (r == RingResult::kEmpty) {
-      sched_yield();
-      continue;
-    }
-    ASSERT_EQ(r, RingResult::kOk);
-    if (e.seq != expected || e.check != expected * 0x9E3779B97F4A7C15ULL) ++bad;
-    ++expected;
-  }
+  const Drained d =
+      drain_all(consumer, kEntries, [](uint64_t i) { return i * 0x9E3779B97F4A7C15ULL; });
   int status = 0;
   waitpid(child, &status, 0);
-  EXPECT_EQ(expected, kEntries) << "timed out after 60 s";
-  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(d.received, kEntries) << "timed out after 60 s";
+  EXPECT_EQ(d.bad, 0u);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   munmap(mem, bytes);
 }
@@ -172,23 +184,10 @@ TEST(Ring, TwoThreadStress) {
     }
   });
   RingConsumer<Entry> consumer(&shared.header, shared.slots, kCapacity);
-  uint64_t expected = 0;
-  uint64_t bad = 0;
-  Entry e{};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (expected < kEntries && std::chrono::steady_clock::now() < deadline) {
-    const RingResult r = consumer.try_pop(e);
-    if (r == RingResult::kEmpty) {
-      std::this_thread::yield();
-      continue;
-    }
-    ASSERT_EQ(r, RingResult::kOk);
-    if (e.seq != expected || e.check != ~expected) ++bad;
-    ++expected;
-  }
+  const Drained d = drain_all(consumer, kEntries, [](uint64_t i) { return ~i; });
   producer_thread.join();
-  EXPECT_EQ(expected, kEntries) << "timed out after 60 s";
-  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(d.received, kEntries) << "timed out after 60 s";
+  EXPECT_EQ(d.bad, 0u);
 }
 
 }  // namespace
