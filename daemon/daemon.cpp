@@ -318,6 +318,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     spec.submit_capacity = config_.ring_capacity;
     spec.complete_capacity = config_.ring_capacity;
     spec.arena_bytes = proto::align_up(arena, proto::kArenaAlignment);
+    spec.numa_node = staging_.numa_node();
     client.attach_segment(ipc::Segment::create(name, spec, client.id(), hello.local_rank,
                                                client.cred().uid, client.cred().gid),
                           name);

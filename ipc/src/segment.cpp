@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +26,17 @@ void prefault(void* addr, uint64_t bytes) {
   auto* p = static_cast<volatile uint8_t*>(addr);
   for (uint64_t off = 0; off < bytes; off += static_cast<uint64_t>(page)) p[off] = 0;
 }
+
+namespace {
+// Preferred (not strict) placement: a full node falls back to others instead of failing.
+// A raw syscall keeps libnuma out of the client library, which links ipc too.
+void bind_to_node(void* addr, uint64_t bytes, int node) {
+  constexpr int kMpolPreferred = 1;
+  if (node < 0 || node >= 64) return;
+  const unsigned long mask = 1UL << node;
+  syscall(SYS_mbind, addr, bytes, kMpolPreferred, &mask, 64UL, 0U);
+}
+}  // namespace
 
 Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32_t client_id,
                         uint32_t local_rank, uid_t owner_uid, gid_t owner_gid) {
@@ -57,6 +69,7 @@ Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32
     throw std::runtime_error(
         fmt::format("segment {} ({} bytes): {}", name, g.segment_bytes, e.what()));
   }
+  if (spec.numa_node >= 0) bind_to_node(seg.base(), g.segment_bytes, spec.numa_node);
   prefault(seg.base(), g.segment_bytes);
 
   auto& h = seg.header();

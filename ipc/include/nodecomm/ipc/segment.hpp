@@ -17,6 +17,7 @@ struct SegmentSpec {
   uint32_t submit_capacity = 256;
   uint32_t complete_capacity = 256;
   uint64_t arena_bytes = 64ULL << 20;
+  int numa_node = -1;  // >= 0: place the pages on this NUMA node (the daemon's)
 };
 
 class Segment {
