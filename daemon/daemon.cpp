@@ -391,6 +391,12 @@ size_t Daemon::progress_formation(Job& job) {
   }
   job.world_offset = offset;
   job.world_size = total;
+  job.node_sizes.clear();
+  job.node_offsets.clear();
+  for (const Job::NodeRecord& r : job.gathered) {
+    job.node_offsets.push_back(job.node_sizes.empty() ? 0 : job.node_offsets.back() + job.node_sizes.back());
+    job.node_sizes.push_back(r.local_size);
+  }
   for (ClientSession* member : job.members)
     member->world_rank = job.world_rank_of(member->local_rank);
   job.state = Job::State::kRunning;

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "client_session.hpp"
+#include "collectives.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "reduce.hpp"
 
 namespace nodecomm::daemon {
 
@@ -22,10 +22,6 @@ using proto::Status;
 namespace {
 constexpr size_t kDrainBatch = 64;           // submissions taken from one client per pass
 constexpr size_t kMaxInterNodePerComm = 16;  // operations in the network at once per comm
-
-bool is_half(DType t) {
-  return t == DType::kF16 || t == DType::kBF16;
-}
 
 std::string who(const Job& job, const ClientSession& member) {
   return fmt::format("rank {} (node {}, local rank {}, pid {})", member.world_rank, job.node_index,
@@ -86,7 +82,8 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   }
   ++expected;
   const ipc::Verdict verdict = ipc::validate_descriptor(
-      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count});
+      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count, job.world_size,
+                                  member.world_rank});
   if (!verdict.ok()) {
     // The other members cannot complete this sequence number without this rank, so the
     // communicator fails for all of them, naming the culprit.
@@ -149,8 +146,8 @@ size_t Engine::progress(Job& job, Communicator& comm) {
       }
     } catch (const TransportError& e) {
       if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
-      staging_.release(op.staging);
-      op.staging = {};
+      CollectiveContext ctx{job, staging_, transport_};
+      release_staging(ctx, op);
       const std::string text = fmt::format("{} seq {} failed between nodes: {}",
                                            describe_submission(op.first()), op.seq, e.what());
       complete(job, op, Status::kPeerLost, text);
@@ -165,82 +162,25 @@ size_t Engine::progress(Job& job, Communicator& comm) {
   return work;
 }
 
-void Engine::reduce_locally(Job& job, Operation& op, void* dst, bool widen) {
-  const proto::OpDescriptor& d = op.first();
-  const auto dtype = static_cast<DType>(d.dtype);
-  const RedOp redop =
-      static_cast<RedOp>(d.redop) == RedOp::kAvg ? RedOp::kSum : static_cast<RedOp>(d.redop);
-  std::vector<const void*> srcs;
-  srcs.reserve(op.slots.size());
-  for (size_t local = 0; local < op.slots.size(); ++local) {
-    srcs.push_back(job.members[local]->segment().arena() + op.slots[local]->desc.send_offset);
-  }
-  if (d.count == 0) return;
-  if (widen) {
-    reduce_widen(dtype, redop, static_cast<float*>(dst), srcs.data(), srcs.size(), d.count);
-  } else {
-    reduce(dtype, redop, dst, srcs.data(), srcs.size(), d.count);
-  }
-}
-
 void Engine::start(Job& job, Operation& op) {
-  const proto::OpDescriptor& d = op.first();
-  const auto dtype = static_cast<DType>(d.dtype);
-  const auto redop = static_cast<RedOp>(d.redop);
-  const bool widen = is_half(dtype);
-  const DType wire = widen ? DType::kF32 : dtype;
-  const bool single_node = job.node_count == 1;
-
-  if (single_node && !(widen && redop == RedOp::kAvg)) {
-    // Reduce straight into rank 0's receive buffer; no staging copy.
-    void* result = job.members[0]->segment().arena() + op.slots[0]->desc.recv_offset;
-    reduce_locally(job, op, result, false);
-    if (redop == RedOp::kAvg && d.count > 0) divide_by(dtype, result, d.count, job.world_size);
-    deliver(job, op, result);
+  CollectiveContext ctx{job, staging_, transport_};
+  if (stage_in(ctx, op)) {
     complete(job, op, Status::kOk, {});
     return;
   }
-  op.staging = staging_.acquire(std::max<size_t>(1, d.count * proto::dtype_size(wire)));
-  reduce_locally(job, op, op.staging.data, widen);
-  if (single_node) {
+  if (job.node_count == 1) {
     finish(job, op);
     return;
   }
-  op.handle = transport_.start_allreduce(op.staging.data, d.count, wire,
-                                         redop == RedOp::kAvg ? RedOp::kSum : redop);
+  op.handle = start_network(ctx, op);
   op.phase = Operation::Phase::kInterNode;
   ++inter_node_ops_;
 }
 
 void Engine::finish(Job& job, Operation& op) {
-  const proto::OpDescriptor& d = op.first();
-  const auto dtype = static_cast<DType>(d.dtype);
-  const bool widen = is_half(dtype);
-  const DType wire = widen ? DType::kF32 : dtype;
-  if (static_cast<RedOp>(d.redop) == RedOp::kAvg && d.count > 0) {
-    divide_by(wire, op.staging.data, d.count, job.world_size);
-  }
-  const void* result = op.staging.data;
-  if (widen && d.count > 0) {
-    void* first = job.members[0]->segment().arena() + op.slots[0]->desc.recv_offset;
-    narrow_from_f32(dtype, first, static_cast<const float*>(op.staging.data), d.count);
-    result = first;
-  }
-  deliver(job, op, result);
-  staging_.release(op.staging);
-  op.staging = {};
+  CollectiveContext ctx{job, staging_, transport_};
+  stage_out(ctx, op);
   complete(job, op, Status::kOk, {});
-}
-
-void Engine::deliver(Job& job, Operation& op, const void* result) {
-  const proto::OpDescriptor& d = op.first();
-  const size_t bytes = d.count * proto::dtype_size(static_cast<DType>(d.dtype));
-  for (size_t local = 0; local < op.slots.size(); ++local) {
-    ClientSession* member = job.members[local];
-    if (member == nullptr || member->state() == ClientSession::State::kClosed) continue;
-    void* recv = member->segment().arena() + op.slots[local]->desc.recv_offset;
-    if (recv != result && bytes > 0) std::memcpy(recv, result, bytes);
-  }
 }
 
 void Engine::complete(Job& job, Operation& op, Status status, const std::string& message) {

@@ -38,8 +38,6 @@ class Engine {
   size_t progress(Job& job, Communicator& comm);
   void start(Job& job, Operation& op);
   void finish(Job& job, Operation& op);
-  void reduce_locally(Job& job, Operation& op, void* dst, bool widen);
-  void deliver(Job& job, Operation& op, const void* result);
   void complete(Job& job, Operation& op, proto::Status status, const std::string& message);
   void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
                 const std::string& message);

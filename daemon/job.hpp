@@ -34,6 +34,7 @@ struct Operation {
   uint64_t last_arrival_ns = 0;
   TransportHandle handle = 0;
   StagingPool::Buffer staging;
+  StagingPool::Buffer staging2;  // a second buffer for collectives that repack (alltoall)
 
   const proto::OpDescriptor& first() const;
 };
@@ -100,6 +101,14 @@ class Job {
   uint32_t node_count = 1;
   uint32_t world_offset = 0;
   uint32_t world_size = 0;
+  // Ranks per node and each node's first world rank (world ranks of a node are contiguous).
+  std::vector<uint32_t> node_sizes;
+  std::vector<uint32_t> node_offsets;
+  uint32_t node_of(uint32_t world_rank) const {
+    uint32_t n = 0;
+    while (n + 1 < node_offsets.size() && node_offsets[n + 1] <= world_rank) ++n;
+    return n;
+  }
 
   // Formation exchange with the other daemons.
   struct NodeRecord {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "nodecomm/proto/types.hpp"
 
@@ -37,6 +38,30 @@ class Transport {
   // the order in which they are started, so every daemon must start them in the same order.
   virtual TransportHandle start_allreduce(void* buffer, size_t count, proto::DType dtype,
                                           proto::RedOp op) = 0;
+  // Reduces `count` elements of `buffer` across all nodes into `buffer` on `root_node`.
+  virtual TransportHandle start_reduce(void* buffer, size_t count, proto::DType dtype,
+                                       proto::RedOp op, uint32_t root_node) = 0;
+  // Reduces buffer (sum of node_counts elements) across nodes; node n ends up with its
+  // node_counts[n] elements of the result at the start of `buffer`.
+  virtual TransportHandle start_reduce_scatter(void* buffer, std::vector<int> node_counts,
+                                               proto::DType dtype, proto::RedOp op) = 0;
+  // Copies `bytes` of `buffer` on root_node to `buffer` on every node.
+  virtual TransportHandle start_broadcast(void* buffer, size_t bytes, uint32_t root_node) = 0;
+  // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach every node's `buffer`.
+  virtual TransportHandle start_allgatherv(void* buffer, std::vector<int> bytes,
+                                           std::vector<int> displs) = 0;
+  // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach root_node's `buffer`.
+  virtual TransportHandle start_gatherv(void* buffer, std::vector<int> bytes,
+                                        std::vector<int> displs, uint32_t root_node) = 0;
+  // root_node's bytes [displs[n], +bytes[n]) of `buffer` reach node n's `buffer` there.
+  virtual TransportHandle start_scatterv(void* buffer, std::vector<int> bytes,
+                                         std::vector<int> displs, uint32_t root_node) = 0;
+  // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
+  // [rdispls[me], +rbytes[me]).
+  virtual TransportHandle start_alltoallv(const void* send, std::vector<int> sbytes,
+                                          std::vector<int> sdispls, void* recv,
+                                          std::vector<int> rbytes, std::vector<int> rdispls) = 0;
+  virtual TransportHandle start_barrier() = 0;
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
   // True once the operation is complete (the handle is then released). Throws TransportError.

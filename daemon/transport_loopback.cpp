@@ -13,6 +13,34 @@ class LoopbackTransport final : public Transport {
   TransportHandle start_allreduce(void*, size_t, proto::DType, proto::RedOp) override {
     return next_++;
   }
+  // One node: every in-place operation already holds its result.
+  TransportHandle start_reduce(void*, size_t, proto::DType, proto::RedOp, uint32_t) override {
+    return next_++;
+  }
+  TransportHandle start_reduce_scatter(void*, std::vector<int>, proto::DType,
+                                       proto::RedOp) override {
+    return next_++;
+  }
+  TransportHandle start_broadcast(void*, size_t, uint32_t) override { return next_++; }
+  TransportHandle start_allgatherv(void*, std::vector<int>, std::vector<int>) override {
+    return next_++;
+  }
+  TransportHandle start_gatherv(void*, std::vector<int>, std::vector<int>, uint32_t) override {
+    return next_++;
+  }
+  TransportHandle start_scatterv(void*, std::vector<int>, std::vector<int>, uint32_t) override {
+    return next_++;
+  }
+  TransportHandle start_alltoallv(const void* send, std::vector<int> sbytes,
+                                  std::vector<int> sdispls, void* recv, std::vector<int>,
+                                  std::vector<int> rdispls) override {
+    if (send != recv) {
+      std::memcpy(static_cast<char*>(recv) + rdispls[0],
+                  static_cast<const char*>(send) + sdispls[0], static_cast<size_t>(sbytes[0]));
+    }
+    return next_++;
+  }
+  TransportHandle start_barrier() override { return next_++; }
   TransportHandle start_allgather(const void* send, size_t bytes, void* recv) override {
     std::memcpy(recv, send, bytes);
     return next_++;

@@ -135,6 +135,63 @@ nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t
                          nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm, const nc_op_attr_t* attr,
                          nc_request_t* req);
 
+/* The other collectives. All are non-blocking and follow nc_allreduce's rules: arena
+ * buffers are the zero-copy path, other memory is copied through the arena, *req completes
+ * with nc_test/nc_wait, and every rank of `comm` posts the same collectives in the same
+ * order with the same counts, dtype, op and root. `root` is a rank of `comm`. Counts are
+ * elements. Buffers that a rank does not use (recv of non-roots in reduce and gather, send
+ * of non-roots in scatter) may be NULL there. In place follows NCCL: pass pointers that
+ * alias as noted.
+ *
+ * Everything a rank receives is exact: sums of floating-point values are computed in one
+ * reduction per element over all ranks (f16/bf16 in f32, rounded once). */
+
+/* root's `recv` gets the reduction of all ranks' `send` (count elements). In place: send ==
+ * recv at the root. */
+nc_status_t nc_reduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
+                      nc_dtype_t dtype, nc_redop_t op, int root, nc_comm_t comm,
+                      const nc_op_attr_t* attr, nc_request_t* req);
+
+/* Every rank's `recv` gets root's `send` (count elements). In place: send == recv (at the root
+ * that buffer is sent; elsewhere it receives). Non-roots may pass send = NULL. */
+nc_status_t nc_broadcast(nc_context_t* ctx, const void* send, void* recv, size_t count,
+                         nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
+                         nc_request_t* req);
+
+/* `send` holds recv_count * size elements; rank r's `recv` gets block r (recv_count elements)
+ * of the reduction over all ranks. In place: recv == send + rank * recv_count. */
+nc_status_t nc_reduce_scatter(nc_context_t* ctx, const void* send, void* recv, size_t recv_count,
+                              nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm,
+                              const nc_op_attr_t* attr, nc_request_t* req);
+
+/* Every rank's `recv` (send_count * size elements) gets every rank's `send` in rank order.
+ * In place: send == recv + rank * send_count. */
+nc_status_t nc_allgather(nc_context_t* ctx, const void* send, void* recv, size_t send_count,
+                         nc_dtype_t dtype, nc_comm_t comm, const nc_op_attr_t* attr,
+                         nc_request_t* req);
+
+/* root's `recv` (send_count * size elements) gets every rank's `send` in rank order.
+ * In place: send == recv + root * send_count at the root. */
+nc_status_t nc_gather(nc_context_t* ctx, const void* send, void* recv, size_t send_count,
+                      nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
+                      nc_request_t* req);
+
+/* root's `send` holds recv_count * size elements; rank r's `recv` gets block r.
+ * In place: recv == send + root * recv_count at the root. */
+nc_status_t nc_scatter(nc_context_t* ctx, const void* send, void* recv, size_t recv_count,
+                       nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
+                       nc_request_t* req);
+
+/* `send` and `recv` hold count * size elements: block j of rank i's send becomes block i of
+ * rank j's recv. Not in place (send and recv must not overlap). */
+nc_status_t nc_alltoall(nc_context_t* ctx, const void* send, void* recv, size_t count,
+                        nc_dtype_t dtype, nc_comm_t comm, const nc_op_attr_t* attr,
+                        nc_request_t* req);
+
+/* Completes on every rank once every rank of `comm` has posted it. */
+nc_status_t nc_barrier(nc_context_t* ctx, nc_comm_t comm, const nc_op_attr_t* attr,
+                       nc_request_t* req);
+
 /* Non-blocking completion check. NC_IN_PROGRESS while running; otherwise the operation's
  * final status, and the request is released (testing it again gives
  * NC_ERR_INVALID_ARGUMENT). */

@@ -298,9 +298,6 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
     return fail(NC_ERR_INVALID_ARGUMENT,
                 fmt::format("unknown dtype {}", static_cast<int>(a.dtype)));
   }
-  if (a.count > 0 && (a.send == nullptr || a.recv == nullptr)) {
-    return fail(NC_ERR_INVALID_ARGUMENT, "send or receive buffer is NULL");
-  }
   std::lock_guard lock(mutex_);
   if (daemon_gone_) return daemon_lost("posting a collective");
   if (in_flight_ >= submissions_.capacity()) {
@@ -309,13 +306,28 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
                             "before posting more",
                             in_flight_));
   }
-  const uint64_t bytes = a.count * elem;
-  const bool in_place = a.send == a.recv;
+  const uint32_t size = world_size_;
+  const uint32_t rank = world_rank_;
+  const proto::BufferElems elems = proto::buffer_elems(a.collective, a.count, size, a.root == rank);
+  const uint64_t send_bytes = elems.send * elem;
+  const uint64_t recv_bytes = elems.recv * elem;
   Request r;
   r.comm = a.comm;
   r.collective = a.collective;
-  r.bytes = bytes;
   if (a.attr != nullptr && a.attr->name != nullptr) r.name = a.attr->name;
+  if ((send_bytes > 0 && a.send == nullptr) || (recv_bytes > 0 && a.recv == nullptr)) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("{}: the {} buffer is NULL but this rank needs {} bytes there",
+                            describe(r), a.send == nullptr ? "send" : "receive",
+                            a.send == nullptr ? send_bytes : recv_bytes));
+  }
+  const auto* send = static_cast<const uint8_t*>(a.send);
+  const auto* recv = static_cast<const uint8_t*>(a.recv);
+  const proto::InPlace layout = proto::in_place_layout(a.collective, a.count, rank, a.root);
+  const uint64_t shift = layout.index * elem;
+  const bool in_place = send_bytes > 0 && recv_bytes > 0 &&
+                        ((layout.kind == proto::InPlace::kSendInRecv && send == recv + shift) ||
+                         (layout.kind == proto::InPlace::kRecvInSend && recv == send + shift));
 
   proto::OpDescriptor d{};
   d.collective = static_cast<uint16_t>(a.collective);
@@ -327,39 +339,48 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   d.priority = a.attr != nullptr ? a.attr->priority : 0;
   d.flags = in_place ? proto::kOpFlagInPlace : 0;
   ipc::copy_text(d.name, r.name);
-  const bool send_in_arena = in_arena(a.send, bytes, d.send_offset);
-  const bool recv_in_arena = in_arena(a.recv, bytes, d.recv_offset);
+  const bool send_in_arena = send_bytes == 0 || in_arena(a.send, send_bytes, d.send_offset);
+  const bool recv_in_arena = recv_bytes == 0 || in_arena(a.recv, recv_bytes, d.recv_offset);
+  if (send_bytes == 0) d.send_offset = 0;
+  if (recv_bytes == 0) d.recv_offset = 0;
   if (!send_in_arena || !recv_in_arena) {
-    // Copy path: one arena block holds send (and receives the result in place).
-    const auto temp = arena_.allocate(bytes, 64);
-    if (!temp) {
-      return fail(
-          NC_ERR_NO_MEMORY,
-          fmt::format("{} of {} bytes from memory outside the arena needs a {}-byte arena "
-                      "block and the arena has {} free; use nc_alloc buffers or a bigger "
-                      "arena",
-                      proto::collective_name(a.collective), bytes, bytes, arena_.free_bytes()));
+    // Copy path: the daemon works on temporary arena blocks; the input is copied in now and
+    // the result out on completion. Aliasing in the caller's memory no longer matters.
+    const auto temp_send = send_bytes > 0 ? arena_.allocate(send_bytes, 64) : uint64_t{0};
+    const auto temp_recv = recv_bytes > 0 ? arena_.allocate(recv_bytes, 64) : uint64_t{0};
+    if (!temp_send || !temp_recv) {
+      if (temp_send && send_bytes > 0) arena_.release(*temp_send);
+      if (temp_recv && recv_bytes > 0) arena_.release(*temp_recv);
+      return fail(NC_ERR_NO_MEMORY,
+                  fmt::format("{} on memory outside the arena needs {} + {} bytes of arena and the "
+                              "arena has {} free; use nc_alloc buffers or a bigger arena",
+                              describe(r), send_bytes, recv_bytes, arena_.free_bytes()));
     }
-    if (bytes > 0) std::memcpy(segment_.arena() + *temp, a.send, bytes);
-    d.send_offset = d.recv_offset = *temp;
-    d.flags = proto::kOpFlagInPlace;
-    r.temp_offset = *temp;
+    if (send_bytes > 0) {
+      std::memcpy(segment_.arena() + *temp_send, a.send, send_bytes);
+      r.temp_send = *temp_send;
+    }
+    if (recv_bytes > 0) r.temp_recv = *temp_recv;
+    d.send_offset = *temp_send;
+    d.recv_offset = *temp_recv;
+    d.flags = 0;
     r.user_recv = a.recv;
+    r.recv_bytes = recv_bytes;
   }
   uint64_t& seq = next_seq_.try_emplace(a.comm, 1).first->second;
   d.seq = seq;
   r.seq = seq;
-  const ipc::Verdict verdict =
-      ipc::validate_descriptor(d, ipc::ValidationLimits{arena_.total(), uint64_t{1} << 40});
+  const ipc::Verdict verdict = ipc::validate_descriptor(
+      d, ipc::ValidationLimits{arena_.total(), uint64_t{1} << 40, size, rank});
   if (!verdict.ok()) {
-    if (r.temp_offset != UINT64_MAX) arena_.release(r.temp_offset);
+    release_temporaries(r);
     return fail(static_cast<nc_status_t>(verdict.status),
                 fmt::format("{}: {}", describe(r), verdict.message));
   }
   const nc_request_t id = next_request_++;
   d.correlation_id = id;
   if (submissions_.try_push(d) != ipc::RingResult::kOk) {
-    if (r.temp_offset != UINT64_MAX) arena_.release(r.temp_offset);
+    release_temporaries(r);
     return fail(NC_ERR_PROTOCOL,
                 fmt::format("{}: submission ring is full or corrupt with {} in flight", describe(r),
                             in_flight_));
@@ -378,6 +399,11 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   }
   *req = id;
   return Result::ok();
+}
+
+void Context::release_temporaries(const Request& r) {
+  if (r.temp_send != kNoBlock) arena_.release(r.temp_send);
+  if (r.temp_recv != kNoBlock) arena_.release(r.temp_recv);
 }
 
 Result Context::drain_completions() {
@@ -401,12 +427,10 @@ Result Context::drain_completions() {
 Result Context::retire(std::unordered_map<nc_request_t, Request>::iterator it) {
   Request req = std::move(it->second);
   requests_.erase(it);
-  if (req.temp_offset != UINT64_MAX) {
-    if (req.status == NC_OK && req.bytes > 0) {
-      std::memcpy(req.user_recv, segment_.arena() + req.temp_offset, req.bytes);
-    }
-    arena_.release(req.temp_offset);
+  if (req.status == NC_OK && req.recv_bytes > 0) {
+    std::memcpy(req.user_recv, segment_.arena() + req.temp_recv, req.recv_bytes);
   }
+  release_temporaries(req);
   if (req.status == NC_OK) return Result::ok();
   return fail(req.status,
               fmt::format("{}: {}", describe(req),

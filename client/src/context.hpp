@@ -83,10 +83,13 @@ class Context {
     nc_status_t status = NC_IN_PROGRESS;
     std::string message;
     // Copy path: the daemon works on arena blocks; results go back to the caller's buffer.
-    uint64_t temp_offset = UINT64_MAX;
+    uint64_t temp_send = kNoBlock;
+    uint64_t temp_recv = kNoBlock;
     void* user_recv = nullptr;
-    uint64_t bytes = 0;
+    uint64_t recv_bytes = 0;
   };
+  static constexpr uint64_t kNoBlock = UINT64_MAX;
+  void release_temporaries(const Request& r);
 
   Context() = default;
   Result attach(const Settings& settings);

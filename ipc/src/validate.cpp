@@ -63,27 +63,50 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
     return reject(Status::kInvalidArgument,
                   fmt::format("count {} exceeds the limit {}", d.count, limits.max_count));
   }
-  const uint64_t elem = proto::dtype_size(static_cast<proto::DType>(d.dtype));
-  const uint64_t bytes = d.count * elem;  // cannot overflow: max_count * 8 < 2^64
-  if (Verdict v = check_buffer("send", d.send_offset, bytes, elem, limits.arena_bytes); !v.ok()) {
-    return v;
+  const auto collective = static_cast<proto::Collective>(d.collective);
+  if (limits.comm_size == 0 || limits.comm_size > kMaxCommSize ||
+      limits.comm_rank >= limits.comm_size) {
+    return reject(Status::kInternal, fmt::format("rank {} of a communicator of {} ranks",
+                                                 limits.comm_rank, limits.comm_size));
   }
-  if (Verdict v = check_buffer("receive", d.recv_offset, bytes, elem, limits.arena_bytes);
+  if (proto::collective_has_root(collective) && d.root >= limits.comm_size) {
+    return reject(
+        Status::kInvalidArgument,
+        fmt::format("root {} is not a rank of the {}-rank communicator", d.root, limits.comm_size));
+  }
+  const uint64_t elem = proto::dtype_size(static_cast<proto::DType>(d.dtype));
+  const proto::BufferElems elems =
+      proto::buffer_elems(collective, d.count, limits.comm_size, d.root == limits.comm_rank);
+  // Cannot overflow: count <= 2^40, comm_size <= 2^20, elem <= 8.
+  const uint64_t send_bytes = elems.send * elem;
+  const uint64_t recv_bytes = elems.recv * elem;
+  if (Verdict v = check_buffer("send", d.send_offset, send_bytes, elem, limits.arena_bytes);
       !v.ok()) {
     return v;
   }
-  const bool in_place = (d.flags & proto::kOpFlagInPlace) != 0;
-  if (in_place && d.send_offset != d.recv_offset) {
-    return reject(Status::kInvalidArgument,
-                  fmt::format("in-place flag set but send offset {} != receive offset {}",
-                              d.send_offset, d.recv_offset));
+  if (Verdict v = check_buffer("receive", d.recv_offset, recv_bytes, elem, limits.arena_bytes);
+      !v.ok()) {
+    return v;
   }
-  if (!in_place && bytes > 0 && d.send_offset < d.recv_offset + bytes &&
-      d.recv_offset < d.send_offset + bytes) {
+  if ((d.flags & proto::kOpFlagInPlace) != 0) {
+    const proto::InPlace layout =
+        proto::in_place_layout(collective, d.count, limits.comm_rank, d.root);
+    const uint64_t shift = layout.index * elem;
+    const bool ok =
+        (layout.kind == proto::InPlace::kSendInRecv && d.send_offset == d.recv_offset + shift) ||
+        (layout.kind == proto::InPlace::kRecvInSend && d.recv_offset == d.send_offset + shift);
+    if (!ok) {
+      return reject(Status::kInvalidArgument,
+                    fmt::format("in-place flag set but send offset {} and receive offset {} do not "
+                                "alias as {} in place requires",
+                                d.send_offset, d.recv_offset, proto::collective_name(collective)));
+    }
+  } else if (send_bytes > 0 && recv_bytes > 0 && d.send_offset < d.recv_offset + recv_bytes &&
+             d.recv_offset < d.send_offset + send_bytes) {
     return reject(Status::kInvalidArgument,
                   fmt::format("send [{}, +{}) and receive [{}, +{}) overlap without the in-place "
                               "flag",
-                              d.send_offset, bytes, d.recv_offset, bytes));
+                              d.send_offset, send_bytes, d.recv_offset, recv_bytes));
   }
   return {};
 }

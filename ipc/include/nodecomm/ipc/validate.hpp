@@ -17,13 +17,18 @@ struct Verdict {
   bool ok() const { return status == proto::Status::kOk; }
 };
 
+inline constexpr uint32_t kMaxCommSize = 1u << 20;
+
 struct ValidationLimits {
   uint64_t arena_bytes = 0;
   uint64_t max_count = uint64_t{1} << 40;
+  uint32_t comm_size = 1;  // ranks in the descriptor's communicator
+  uint32_t comm_rank = 0;  // the submitting rank's place in it
 };
 
-// Checks enums, flags, reserved fields, element count, and that both buffers lie inside the
-// arena with natural alignment and without arithmetic overflow.
+// Checks enums, flags, reserved fields, element count and root, and that the buffers the
+// collective uses on this rank lie inside the arena with natural alignment, without
+// arithmetic overflow, and alias only as the collective's in-place convention allows.
 Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits& limits);
 
 // A printable copy of the descriptor's tensor name (stops at NUL, replaces non-printables).

@@ -38,7 +38,18 @@ enum class DType : uint8_t {
   kCount
 };
 enum class RedOp : uint8_t { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4, kCount };
-enum class Collective : uint16_t { kAllreduce = 0, kCount };
+enum class Collective : uint16_t {
+  kAllreduce = 0,
+  kReduce = 1,
+  kBroadcast = 2,
+  kReduceScatter = 3,
+  kAllgather = 4,
+  kGather = 5,
+  kScatter = 6,
+  kAlltoall = 7,
+  kBarrier = 8,
+  kCount
+};
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -104,8 +115,92 @@ constexpr std::string_view redop_name(RedOp op) {
 }
 
 constexpr std::string_view collective_name(Collective c) {
-  return c == Collective::kAllreduce ? std::string_view{"allreduce"}
-                                     : std::string_view{"?collective"};
+  switch (c) {
+    case Collective::kAllreduce:
+      return "allreduce";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kBroadcast:
+      return "broadcast";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllgather:
+      return "allgather";
+    case Collective::kGather:
+      return "gather";
+    case Collective::kScatter:
+      return "scatter";
+    case Collective::kAlltoall:
+      return "alltoall";
+    case Collective::kBarrier:
+      return "barrier";
+    default:
+      return "?collective";
+  }
+}
+
+constexpr bool collective_reduces(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
+}
+
+constexpr bool collective_has_root(Collective c) {
+  return c == Collective::kReduce || c == Collective::kBroadcast || c == Collective::kGather ||
+         c == Collective::kScatter;
+}
+
+// Elements of the send and receive buffers one rank uses for a collective of `count` (the
+// per-rank block, as in nodecomm.h) on a communicator of `size` ranks. 0 means the rank does
+// not touch that buffer (the receive buffer of a non-root in reduce, for example).
+struct BufferElems {
+  uint64_t send;
+  uint64_t recv;
+};
+constexpr BufferElems buffer_elems(Collective c, uint64_t count, uint64_t size, bool is_root) {
+  switch (c) {
+    case Collective::kAllreduce:
+      return {count, count};
+    case Collective::kReduce:
+      return {count, is_root ? count : 0};
+    case Collective::kBroadcast:
+      return {is_root ? count : 0, count};
+    case Collective::kReduceScatter:
+      return {count * size, count};
+    case Collective::kAllgather:
+      return {count, count * size};
+    case Collective::kGather:
+      return {count, is_root ? count * size : 0};
+    case Collective::kScatter:
+      return {is_root ? count * size : 0, count};
+    case Collective::kAlltoall:
+      return {count * size, count * size};
+    default:
+      return {0, 0};
+  }
+}
+
+// How the two buffers alias when a collective runs in place (kOpFlagInPlace): one lies
+// inside the other, `index` elements from its start, as nodecomm.h documents per collective.
+struct InPlace {
+  enum Kind : uint8_t { kNotAllowed, kSendInRecv, kRecvInSend } kind;
+  uint64_t index;
+};
+constexpr InPlace in_place_layout(Collective c, uint64_t count, uint64_t rank, uint64_t root) {
+  switch (c) {
+    case Collective::kAllreduce:
+    case Collective::kReduce:
+    case Collective::kBroadcast:
+      return {InPlace::kSendInRecv, 0};
+    case Collective::kAllgather:
+      return {InPlace::kSendInRecv, rank * count};
+    case Collective::kGather:
+      return {InPlace::kSendInRecv, root * count};
+    case Collective::kReduceScatter:
+      return {InPlace::kRecvInSend, rank * count};
+    case Collective::kScatter:
+      return {InPlace::kRecvInSend, root * count};
+    default:
+      return {InPlace::kNotAllowed, 0};
+  }
 }
 
 constexpr std::string_view status_name(Status s) {
