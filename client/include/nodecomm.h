@@ -202,6 +202,15 @@ nc_status_t nc_test(nc_context_t* ctx, nc_request_t req);
  * stays valid), NC_ERR_DAEMON_LOST within about a second if the daemon dies. */
 nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req);
 
+/* Waits for every non-zero request in reqs[0..n) and sets each to 0 once released. Returns
+ * NC_OK if all succeeded, else the first failure's status (nc_last_error() has its message);
+ * statuses (may be NULL) gets each request's status. Zero entries are skipped. */
+nc_status_t nc_wait_all(nc_context_t* ctx, size_t n, nc_request_t* reqs, nc_status_t* statuses);
+
+/* Waits until any non-zero request in reqs[0..n) completes, sets *index to it, sets
+ * reqs[*index] to 0 and returns its status. NC_ERR_INVALID_ARGUMENT if no entry is non-zero. */
+nc_status_t nc_wait_any(nc_context_t* ctx, size_t n, nc_request_t* reqs, size_t* index);
+
 /* Message for the last non-OK status returned to the calling thread. Never NULL; valid until
  * the thread's next nodecomm call. */
 const char* nc_last_error(void);

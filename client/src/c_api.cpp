@@ -210,6 +210,43 @@ nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req) {
   return report(ctx->impl->wait(req));
 }
 
+nc_status_t nc_wait_all(nc_context_t* ctx, size_t n, nc_request_t* reqs, nc_status_t* statuses) {
+  if (ctx == nullptr) return not_initialized("nc_wait_all");
+  if (n > 0 && reqs == nullptr) {
+    t_last_error = "nc_wait_all: reqs is NULL";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  nc_status_t first_failure = NC_OK;
+  std::string first_message;
+  for (size_t i = 0; i < n; ++i) {
+    nc_status_t s = NC_OK;
+    if (reqs[i] != 0) {
+      s = report(ctx->impl->wait(reqs[i]));
+      if (s != NC_ERR_TIMEOUT) reqs[i] = 0;
+    }
+    if (statuses != nullptr) statuses[i] = s;
+    if (s != NC_OK && first_failure == NC_OK) {
+      first_failure = s;
+      first_message = t_last_error;
+    }
+  }
+  if (first_failure != NC_OK) t_last_error = first_message;
+  return first_failure;
+}
+
+nc_status_t nc_wait_any(nc_context_t* ctx, size_t n, nc_request_t* reqs, size_t* index) {
+  if (ctx == nullptr) return not_initialized("nc_wait_any");
+  size_t live = 0;
+  for (size_t i = 0; reqs != nullptr && i < n; ++i) live += reqs[i] != 0 ? 1 : 0;
+  if (live == 0 || index == nullptr) {
+    t_last_error = "nc_wait_any: no live request in the list (or index is NULL)";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  const nc_status_t s = report(ctx->impl->wait_any(reqs, n, index));
+  if (s != NC_ERR_TIMEOUT) reqs[*index] = 0;
+  return s;
+}
+
 const char* nc_last_error(void) {
   return t_last_error.c_str();
 }

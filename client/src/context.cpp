@@ -461,6 +461,11 @@ Result Context::test(nc_request_t id) {
 }
 
 Result Context::wait(nc_request_t id) {
+  size_t index = 0;
+  return wait_any(&id, 1, &index);
+}
+
+Result Context::wait_any(const nc_request_t* ids, size_t n, size_t* index) {
   const uint64_t deadline =
       ipc::monotonic_ns() + static_cast<uint64_t>(std::min(settings_.timeout_sec, 1e9) * 1e9);
   auto& bells = segment_.doorbells();
@@ -468,8 +473,14 @@ Result Context::wait(nc_request_t id) {
   for (;;) {
     // acquire: a completion published before the bump we read is visible to the drain below.
     const uint32_t seen = ipc::load_word(bells.completion_futex, std::memory_order_acquire);
-    Result r = test(id);
-    if (r.status != NC_IN_PROGRESS) return r;
+    for (size_t i = 0; i < n; ++i) {
+      if (ids[i] == 0) continue;
+      Result r = test(ids[i]);
+      if (r.status != NC_IN_PROGRESS) {
+        *index = i;
+        return r;
+      }
+    }
     const ipc::IdleStrategy::Phase phase = idle.next(0);
     if (phase == ipc::IdleStrategy::Phase::kSpin) {
       ipc::cpu_relax();
@@ -482,11 +493,12 @@ Result Context::wait(nc_request_t id) {
     const uint64_t now = ipc::monotonic_ns();
     if (now >= deadline) {
       std::lock_guard lock(mutex_);
-      auto it = requests_.find(id);
+      auto it = requests_.find(ids[0]);
       return fail(NC_ERR_TIMEOUT,
-                  fmt::format("{} did not complete within {:.0f} s (NODECOMM_TIMEOUT_SEC); some "
+                  fmt::format("{}{} did not complete within {:.0f} s (NODECOMM_TIMEOUT_SEC); some "
                               "rank has probably not posted it",
                               it != requests_.end() ? describe(it->second) : "request",
+                              n > 1 ? fmt::format(" (and {} other requests)", n - 1) : "",
                               settings_.timeout_sec));
     }
     // seq_cst: the waiting count is visible to the daemon before we re-check and sleep; the

@@ -65,6 +65,8 @@ class Context {
   // NC_IN_PROGRESS, or the final status (and the request is released).
   Result test(nc_request_t id);
   Result wait(nc_request_t id);
+  // Waits until one of the non-zero ids completes; *index says which.
+  Result wait_any(const nc_request_t* ids, size_t n, size_t* index);
 
   uint32_t world_rank() const { return world_rank_; }
   uint32_t world_size() const { return world_size_; }

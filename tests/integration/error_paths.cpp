@@ -4,6 +4,7 @@
 //   error_paths mismatch     ranks post different counts for the same sequence number
 //   error_paths peer-exit    the last rank exits without finalizing while the others wait
 //   error_paths local-checks bad arguments are refused by the library before reaching the daemon
+//   error_paths requests     256 operations in flight, refusal past the limit, wait_any/wait_all
 #include <unistd.h>
 
 #include <cstdio>
@@ -101,11 +102,54 @@ int local_checks(nc_context_t* ctx) {
   return bad;
 }
 
+// 256 operations in flight (the default ring capacity), a clear refusal past that, then
+// nc_wait_any and nc_wait_all complete them with exact results.
+int requests(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int size = nc_world_size(ctx);
+  constexpr size_t kInFlight = 256;
+  int64_t* buf = nullptr;
+  if (nc_alloc(ctx, kInFlight * sizeof(int64_t), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  nc_request_t reqs[kInFlight];
+  for (size_t i = 0; i < kInFlight; ++i) {
+    buf[i] = static_cast<int64_t>(i) * (rank + 1);
+    if (nc_allreduce(ctx, &buf[i], &buf[i], 1, NC_I64, NC_SUM, NC_COMM_WORLD, nullptr, &reqs[i]) !=
+        NC_OK) {
+      return expect(false, rank, "256 operations in flight", nc_last_error());
+    }
+  }
+  nc_request_t extra = 0;
+  int bad = expect(nc_allreduce(ctx, buf, buf, 1, NC_I64, NC_SUM, NC_COMM_WORLD, nullptr, &extra) ==
+                       NC_ERR_QUEUE_FULL,
+                   rank, "NC_ERR_QUEUE_FULL past the limit", nc_last_error());
+  bad += expect(contains(nc_last_error(), "in flight"), rank, "a message about the limit",
+                nc_last_error());
+  size_t index = kInFlight;
+  bad += expect(
+      nc_wait_any(ctx, kInFlight, reqs, &index) == NC_OK && index < kInFlight && reqs[index] == 0,
+      rank, "nc_wait_any to complete one request", nc_last_error());
+  nc_status_t statuses[kInFlight];
+  bad += expect(nc_wait_all(ctx, kInFlight, reqs, statuses) == NC_OK, rank,
+                "nc_wait_all to complete the rest", nc_last_error());
+  const int64_t ranks_sum = static_cast<int64_t>(size) * (size + 1) / 2;
+  for (size_t i = 0; i < kInFlight; ++i) {
+    if (buf[i] != static_cast<int64_t>(i) * ranks_sum) {
+      bad += expect(false, rank, "exact sums after wait_all", "a wrong element");
+      break;
+    }
+    if (reqs[i] != 0) {
+      bad += expect(false, rank, "every request released", "a request left non-zero");
+      break;
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|local-checks\n");
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
@@ -121,6 +165,8 @@ int main(int argc, char** argv) {
     bad = mismatch(ctx);
   } else if (std::strcmp(argv[1], "peer-exit") == 0) {
     bad = peer_exit(ctx);
+  } else if (std::strcmp(argv[1], "requests") == 0) {
+    bad = requests(ctx);
   } else if (std::strcmp(argv[1], "local-checks") == 0) {
     bad = local_checks(ctx);
   } else {
