@@ -30,7 +30,7 @@ struct Shape {
   uint32_t root;
 };
 
-Shape shape_of(const Job& job, const Operation& op) {
+Shape shape_of(const CommLayout& lay, const Operation& op) {
   const proto::OpDescriptor& d = op.first();
   Shape s{};
   s.collective = static_cast<Collective>(d.collective);
@@ -44,39 +44,49 @@ Shape shape_of(const Job& job, const Operation& op) {
   s.count = d.count;
   s.elem = proto::dtype_size(s.dtype);
   s.wire_elem = proto::dtype_size(s.wire);
-  s.size = job.world_size;
+  s.size = lay.size;
   s.root = d.root;
   return s;
 }
 
-uint8_t* send_of(const Job& job, const Operation& op, size_t local) {
-  return job.members[local]->segment().arena() + op.slots[local]->desc.send_offset;
-}
-uint8_t* recv_of(const Job& job, const Operation& op, size_t local) {
-  return job.members[local]->segment().arena() + op.slots[local]->desc.recv_offset;
-}
-bool delivers_to(const Job& job, size_t local) {
-  const ClientSession* m = job.members[local];
-  return m != nullptr && m->state() != ClientSession::State::kClosed;
-}
-bool root_is_local(const Job& job, const Shape& s) {
-  return s.root >= job.world_offset && s.root < job.world_offset + job.local_size;
-}
-size_t root_local(const Job& job, const Shape& s) {
-  return s.root - job.world_offset;
-}
+// This node's members of the communicator: member k is the k-th in comm-rank order.
+struct Members {
+  const Job& job;
+  const CommLayout& lay;
+  const Operation& op;
+
+  ClientSession* session(size_t k) const { return job.members[lay.members[k]]; }
+  uint8_t* send(size_t k) const {
+    return session(k)->segment().arena() + op.slots[k]->desc.send_offset;
+  }
+  uint8_t* recv(size_t k) const {
+    return session(k)->segment().arena() + op.slots[k]->desc.recv_offset;
+  }
+  bool alive(size_t k) const {
+    const ClientSession* m = session(k);
+    return m != nullptr && m->state() != ClientSession::State::kClosed;
+  }
+  size_t count() const { return lay.members.size(); }
+  // The member that is the root, or -1 when the root lives on another node.
+  int root(const Shape& s) const { return lay.member_of_rank(s.root); }
+};
 
 void* acquire(CollectiveContext& ctx, StagingPool::Buffer& into, size_t bytes) {
   into = ctx.staging.acquire(std::max<size_t>(bytes, 1));
   return into.data;
 }
 
-// Combines the members' send buffers (count elements each) into dst in one pass.
-void reduce_members(const Job& job, const Operation& op, const Shape& s, void* dst, size_t count) {
+void copy_out(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+// Combines the members' send buffers (count elements each, from element `from`) into dst
+// in one pass.
+void reduce_members(const Members& m, const Shape& s, void* dst, size_t count, size_t from = 0) {
   if (count == 0) return;
   std::vector<const void*> srcs;
-  srcs.reserve(op.slots.size());
-  for (size_t local = 0; local < op.slots.size(); ++local) srcs.push_back(send_of(job, op, local));
+  srcs.reserve(m.count());
+  for (size_t k = 0; k < m.count(); ++k) srcs.push_back(m.send(k) + from * s.elem);
   if (s.widen) {
     reduce_widen(s.dtype, s.op, static_cast<float*>(dst), srcs.data(), srcs.size(), count);
   } else {
@@ -85,211 +95,240 @@ void reduce_members(const Job& job, const Operation& op, const Shape& s, void* d
 }
 
 // Finishes a reduction held in wire format at `src` (count elements) into `dst` in dtype:
-// the average's division, then f32 → f16/bf16 rounding, each done once.
+// the average's division, then f32 -> f16/bf16 rounding, each done once.
 void finish_reduction(const Shape& s, void* src, void* dst, size_t count) {
   if (count == 0) return;
   if (s.average) divide_by(s.wire, src, count, s.size);
   if (s.widen) {
     narrow_from_f32(s.dtype, dst, static_cast<const float*>(src), count);
-  } else if (dst != src) {
-    std::memcpy(dst, src, count * s.elem);
+  } else {
+    copy_out(dst, src, count * s.elem);
   }
 }
 
-void copy_out(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
-}
-
 // Per-node byte counts and displacements for blocks of `per_rank_bytes` per rank.
-void node_blocks(const Job& job, size_t per_rank_bytes, std::vector<int>& bytes,
+void node_blocks(const CommLayout& lay, size_t per_rank_bytes, std::vector<int>& bytes,
                  std::vector<int>& displs) {
   bytes.clear();
   displs.clear();
-  for (size_t n = 0; n < job.node_sizes.size(); ++n) {
-    bytes.push_back(static_cast<int>(job.node_sizes[n] * per_rank_bytes));
-    displs.push_back(static_cast<int>(job.node_offsets[n] * per_rank_bytes));
+  for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+    bytes.push_back(static_cast<int>(lay.node_sizes[n] * per_rank_bytes));
+    displs.push_back(static_cast<int>(lay.node_offsets[n] * per_rank_bytes));
+  }
+}
+
+// Copies lay.size blocks between comm-rank order and node-major order.
+void to_node_major(const CommLayout& lay, uint8_t* dst, const uint8_t* src, size_t block) {
+  if (lay.identity) {
+    copy_out(dst, src, block * lay.size);
+    return;
+  }
+  for (uint32_t r = 0; r < lay.size; ++r) {
+    std::memcpy(dst + lay.position[r] * block, src + r * block, block);
+  }
+}
+void to_rank_order(const CommLayout& lay, uint8_t* dst, const uint8_t* src, size_t block) {
+  if (lay.identity) {
+    copy_out(dst, src, block * lay.size);
+    return;
+  }
+  for (uint32_t r = 0; r < lay.size; ++r) {
+    std::memcpy(dst + r * block, src + lay.position[r] * block, block);
   }
 }
 
 }  // namespace
 
 bool stage_in(CollectiveContext& ctx, Operation& op) {
-  const Job& job = ctx.job;
-  const Shape s = shape_of(job, op);
+  const CommLayout& lay = ctx.comm.layout();
+  const Members m{ctx.job, lay, op};
+  const Shape s = shape_of(lay, op);
   const size_t block = s.count * s.elem;
-  const uint32_t local = job.local_size;
+  const size_t first = lay.first_position();
   switch (s.collective) {
     case Collective::kAllreduce:
-      if (job.node_count == 1 && !(s.widen && s.average)) {
-        // Reduce straight into rank 0's receive buffer, then copy: no staging at all.
-        uint8_t* result = recv_of(job, op, 0);
-        reduce_members(job, op, s, result, s.count);
+      if (lay.node_count == 1 && !(s.widen && s.average)) {
+        // Reduce straight into the first member's receive buffer, then copy: no staging.
+        uint8_t* result = m.recv(0);
+        reduce_members(m, s, result, s.count);
         if (s.average && s.count > 0) divide_by(s.dtype, result, s.count, s.size);
-        for (size_t k = 1; k < local; ++k) {
-          if (delivers_to(job, k)) copy_out(recv_of(job, op, k), result, block);
+        for (size_t k = 1; k < m.count(); ++k) {
+          if (m.alive(k)) copy_out(m.recv(k), result, block);
         }
         return true;
       }
-      reduce_members(job, op, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
+      reduce_members(m, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
       return false;
     case Collective::kReduce:
-      reduce_members(job, op, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
+      reduce_members(m, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
       return false;
-    case Collective::kReduceScatter:
-      reduce_members(job, op, s, acquire(ctx, op.staging, s.count * s.size * s.wire_elem),
-                     s.count * s.size);
+    case Collective::kReduceScatter: {
+      // Reduced blocks go to node-major positions, so each node's blocks are one run.
+      auto* staging =
+          static_cast<uint8_t*>(acquire(ctx, op.staging, s.count * s.size * s.wire_elem));
+      if (lay.identity) {
+        reduce_members(m, s, staging, s.count * s.size);
+      } else {
+        for (uint32_t r = 0; r < s.size; ++r) {
+          reduce_members(m, s, staging + lay.position[r] * s.count * s.wire_elem, s.count,
+                         r * s.count);
+        }
+      }
       return false;
+    }
     case Collective::kBroadcast: {
       void* staging = acquire(ctx, op.staging, block);
-      if (root_is_local(job, s)) std::memcpy(staging, send_of(job, op, root_local(job, s)), block);
+      if (const int root = m.root(s); root >= 0) std::memcpy(staging, m.send(root), block);
       return false;
     }
     case Collective::kScatter: {
-      void* staging = acquire(ctx, op.staging, block * s.size);
-      if (root_is_local(job, s)) {
-        std::memcpy(staging, send_of(job, op, root_local(job, s)), block * s.size);
-      }
+      auto* staging = static_cast<uint8_t*>(acquire(ctx, op.staging, block * s.size));
+      if (const int root = m.root(s); root >= 0) to_node_major(lay, staging, m.send(root), block);
       return false;
     }
     case Collective::kAllgather:
     case Collective::kGather: {
       auto* staging = static_cast<uint8_t*>(acquire(ctx, op.staging, block * s.size));
-      for (size_t k = 0; k < local; ++k) {
-        std::memcpy(staging + (job.world_offset + k) * block, send_of(job, op, k), block);
+      for (size_t k = 0; k < m.count(); ++k) {
+        std::memcpy(staging + (first + k) * block, m.send(k), block);
       }
       return false;
     }
     case Collective::kAlltoall: {
-      // Pack by destination node m, then source rank i here, then destination rank j in m:
-      // node m receives from this node one run ordered [i][j].
+      // Pack by destination node n, then source member i here, then destination j of n:
+      // node n receives from this node one run ordered [i][j].
+      const size_t local = m.count();
       auto* packed = static_cast<uint8_t*>(acquire(ctx, op.staging, block * s.size * local));
-      for (size_t m = 0; m < job.node_sizes.size(); ++m) {
-        uint8_t* run = packed + size_t{local} * job.node_offsets[m] * block;
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        uint8_t* run = packed + local * lay.node_offsets[n] * block;
         for (size_t i = 0; i < local; ++i) {
-          const uint8_t* src = send_of(job, op, i) + size_t{job.node_offsets[m]} * block;
-          std::memcpy(run + i * job.node_sizes[m] * block, src, job.node_sizes[m] * block);
+          for (size_t j = 0; j < lay.node_sizes[n]; ++j) {
+            const uint32_t dest = lay.rank_at[lay.node_offsets[n] + j];
+            std::memcpy(run + (i * lay.node_sizes[n] + j) * block, m.send(i) + dest * block, block);
+          }
         }
       }
       return false;
     }
-    case Collective::kBarrier:
-      return false;
     default:
       return false;
   }
 }
 
 TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
-  const Job& job = ctx.job;
-  const Shape s = shape_of(job, op);
+  const CommLayout& lay = ctx.comm.layout();
+  const Shape s = shape_of(lay, op);
   const size_t block = s.count * s.elem;
-  const uint32_t root_node = job.node_of(s.root);
+  const NodeComm nc = lay.node_comm;
+  const uint32_t root_node =
+      proto::collective_has_root(s.collective) ? lay.node_of_rank(s.root) : 0;
   Transport& t = ctx.transport;
   std::vector<int> bytes;
   std::vector<int> displs;
   switch (s.collective) {
     case Collective::kAllreduce:
-      return t.start_allreduce(op.staging.data, s.count, s.wire, s.op);
+      return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op);
     case Collective::kReduce:
-      return t.start_reduce(op.staging.data, s.count, s.wire, s.op, root_node);
+      return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node);
     case Collective::kReduceScatter: {
       std::vector<int> counts;
-      for (uint32_t n : job.node_sizes) counts.push_back(static_cast<int>(n * s.count));
-      return t.start_reduce_scatter(op.staging.data, std::move(counts), s.wire, s.op);
+      for (uint32_t n : lay.node_sizes) counts.push_back(static_cast<int>(n * s.count));
+      return t.start_reduce_scatter(nc, op.staging.data, std::move(counts), s.wire, s.op);
     }
     case Collective::kBroadcast:
-      return t.start_broadcast(op.staging.data, block, root_node);
+      return t.start_broadcast(nc, op.staging.data, block, root_node);
     case Collective::kAllgather:
-      node_blocks(job, block, bytes, displs);
-      return t.start_allgatherv(op.staging.data, std::move(bytes), std::move(displs));
+      node_blocks(lay, block, bytes, displs);
+      return t.start_allgatherv(nc, op.staging.data, std::move(bytes), std::move(displs));
     case Collective::kGather:
-      node_blocks(job, block, bytes, displs);
-      return t.start_gatherv(op.staging.data, std::move(bytes), std::move(displs), root_node);
+      node_blocks(lay, block, bytes, displs);
+      return t.start_gatherv(nc, op.staging.data, std::move(bytes), std::move(displs), root_node);
     case Collective::kScatter:
-      node_blocks(job, block, bytes, displs);
-      return t.start_scatterv(op.staging.data, std::move(bytes), std::move(displs), root_node);
+      node_blocks(lay, block, bytes, displs);
+      return t.start_scatterv(nc, op.staging.data, std::move(bytes), std::move(displs), root_node);
     case Collective::kAlltoall: {
-      // To node m: this node's L ranks x m's L_m ranks blocks; from node m: L_m x L blocks.
-      std::vector<int> rbytes;
-      std::vector<int> rdispls;
-      node_blocks(job, block * job.local_size, bytes, displs);
-      rbytes = bytes;
-      rdispls = displs;
-      void* recv = acquire(ctx, op.staging2, block * s.size * job.local_size);
-      return t.start_alltoallv(op.staging.data, std::move(bytes), std::move(displs), recv,
+      // To node n: this node's members x n's members blocks; from n: the same shape, [i][j].
+      const size_t local = lay.members.size();
+      node_blocks(lay, block * local, bytes, displs);
+      std::vector<int> rbytes = bytes;
+      std::vector<int> rdispls = displs;
+      void* recv = acquire(ctx, op.staging2, block * s.size * local);
+      return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
                                std::move(rbytes), std::move(rdispls));
     }
     case Collective::kBarrier:
-      return t.start_barrier();
+      return t.start_barrier(nc);
     default:
       throw TransportError("no inter-node step for this collective");
   }
 }
 
 void stage_out(CollectiveContext& ctx, Operation& op) {
-  const Job& job = ctx.job;
-  const Shape s = shape_of(job, op);
+  const CommLayout& lay = ctx.comm.layout();
+  const Members m{ctx.job, lay, op};
+  const Shape s = shape_of(lay, op);
   const size_t block = s.count * s.elem;
-  const uint32_t local = job.local_size;
+  const size_t first = lay.first_position();
   auto* staging = static_cast<uint8_t*>(op.staging.data);
   switch (s.collective) {
     case Collective::kAllreduce: {
-      // Round once into rank 0's buffer, then copy the final bytes to everyone else.
-      uint8_t* first = recv_of(job, op, 0);
-      finish_reduction(s, staging, first, s.count);
-      for (size_t k = 1; k < local; ++k) {
-        if (delivers_to(job, k)) copy_out(recv_of(job, op, k), first, block);
+      // Round once into the first member's buffer, then copy the final bytes to the others.
+      uint8_t* result = m.recv(0);
+      finish_reduction(s, staging, result, s.count);
+      for (size_t k = 1; k < m.count(); ++k) {
+        if (m.alive(k)) copy_out(m.recv(k), result, block);
       }
       break;
     }
     case Collective::kReduce:
-      if (root_is_local(job, s) && delivers_to(job, root_local(job, s))) {
-        finish_reduction(s, staging, recv_of(job, op, root_local(job, s)), s.count);
+      if (const int root = m.root(s); root >= 0 && m.alive(root)) {
+        finish_reduction(s, staging, m.recv(root), s.count);
       }
       break;
     case Collective::kReduceScatter: {
-      // After the network step this node's blocks start at staging[0]; on one node the
-      // staging holds every block and this node's start at 0 too.
-      for (size_t k = 0; k < local; ++k) {
-        if (!delivers_to(job, k)) continue;
-        finish_reduction(s, staging + k * s.count * s.wire_elem, recv_of(job, op, k), s.count);
+      // After the network step this node's run starts at staging[0]; on one node the staging
+      // holds every position, and this node's run starts at `first` (0).
+      const uint8_t* run = staging + (lay.node_count > 1 ? 0 : first * s.count * s.wire_elem);
+      for (size_t k = 0; k < m.count(); ++k) {
+        if (!m.alive(k)) continue;
+        finish_reduction(s, const_cast<uint8_t*>(run) + k * s.count * s.wire_elem, m.recv(k),
+                         s.count);
       }
       break;
     }
     case Collective::kBroadcast:
-      for (size_t k = 0; k < local; ++k) {
-        if (delivers_to(job, k)) copy_out(recv_of(job, op, k), staging, block);
+      for (size_t k = 0; k < m.count(); ++k) {
+        if (m.alive(k)) copy_out(m.recv(k), staging, block);
       }
       break;
     case Collective::kAllgather:
-      for (size_t k = 0; k < local; ++k) {
-        if (delivers_to(job, k)) copy_out(recv_of(job, op, k), staging, block * s.size);
+      for (size_t k = 0; k < m.count(); ++k) {
+        if (m.alive(k)) to_rank_order(lay, m.recv(k), staging, block);
       }
       break;
     case Collective::kGather:
-      if (root_is_local(job, s) && delivers_to(job, root_local(job, s))) {
-        copy_out(recv_of(job, op, root_local(job, s)), staging, block * s.size);
+      if (const int root = m.root(s); root >= 0 && m.alive(root)) {
+        to_rank_order(lay, m.recv(root), staging, block);
       }
       break;
     case Collective::kScatter:
-      for (size_t k = 0; k < local; ++k) {
-        if (delivers_to(job, k)) {
-          copy_out(recv_of(job, op, k), staging + (job.world_offset + k) * block, block);
-        }
+      for (size_t k = 0; k < m.count(); ++k) {
+        if (m.alive(k)) copy_out(m.recv(k), staging + (first + k) * block, block);
       }
       break;
     case Collective::kAlltoall: {
-      // From node m a run ordered [source i in m][destination j here]; one node: the packed
+      // From node n a run ordered [source i of n][destination j here]; on one node the packed
       // buffer already is that run.
+      const size_t local = m.count();
       const auto* runs =
-          op.staging2.data != nullptr ? static_cast<uint8_t*>(op.staging2.data) : staging;
-      for (size_t m = 0; m < job.node_sizes.size(); ++m) {
-        const uint8_t* run = runs + size_t{job.node_offsets[m]} * local * block;
-        for (size_t i = 0; i < job.node_sizes[m]; ++i) {
+          op.staging2.data != nullptr ? static_cast<const uint8_t*>(op.staging2.data) : staging;
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        const uint8_t* run = runs + size_t{lay.node_offsets[n]} * local * block;
+        for (size_t i = 0; i < lay.node_sizes[n]; ++i) {
+          const uint32_t source = lay.rank_at[lay.node_offsets[n] + i];
           for (size_t j = 0; j < local; ++j) {
-            if (!delivers_to(job, j)) continue;
-            std::memcpy(recv_of(job, op, j) + (job.node_offsets[m] + i) * block,
-                        run + (i * local + j) * block, block);
+            if (m.alive(j))
+              std::memcpy(m.recv(j) + source * block, run + (i * local + j) * block, block);
           }
         }
       }

@@ -3,8 +3,8 @@
 //   start_network: run the inter-node part among the daemons on the staging buffers;
 //   stage_out:     write each local rank's receive buffer from staging.
 // Reading every input before writing any output makes every in-place layout safe, and only
-// the node's aggregate crosses the network. World ranks of a node are contiguous
-// ([world_offset, world_offset + local_size)), which the node-level layouts rely on.
+// the node's aggregate crosses the network. Staging is laid out in the communicator's
+// node-major order (CommLayout), so each node's part is one contiguous run on the network.
 #pragma once
 
 #include "job.hpp"
@@ -15,6 +15,7 @@ namespace nodecomm::daemon {
 
 struct CollectiveContext {
   Job& job;
+  Communicator& comm;
   StagingPool& staging;
   Transport& transport;
 };

@@ -391,11 +391,31 @@ size_t Daemon::progress_formation(Job& job) {
   }
   job.world_offset = offset;
   job.world_size = total;
-  job.node_sizes.clear();
-  job.node_offsets.clear();
+  // The world communicator: world ranks are node-major already.
+  CommLayout world;
+  world.size = total;
+  world.node_comm = kAllNodes;
+  world.node_index = job.node_index;
+  world.node_count = job.node_count;
+  std::vector<std::vector<uint32_t>> ranks_by_node;
+  uint32_t next_rank = 0;
   for (const Job::NodeRecord& r : job.gathered) {
-    job.node_offsets.push_back(job.node_sizes.empty() ? 0 : job.node_offsets.back() + job.node_sizes.back());
-    job.node_sizes.push_back(r.local_size);
+    ranks_by_node.emplace_back();
+    for (uint32_t k = 0; k < r.local_size; ++k) ranks_by_node.back().push_back(next_rank++);
+  }
+  world.set_ranks_by_node(ranks_by_node);
+  for (uint32_t k = 0; k < job.local_size; ++k) {
+    world.members.push_back(k);
+    world.member_ranks.push_back(offset + k);
+  }
+  auto& comm =
+      job.comms.emplace(0, std::make_unique<Communicator>(0, std::move(world))).first->second;
+  for (ClientSession* member : job.members) {
+    if (member->state() == ClientSession::State::kClosed) {
+      comm->poison(proto::Status::kPeerLost,
+                   fmt::format("rank {} (pid {}) left while the job was forming",
+                               member->world_rank, member->cred().pid));
+    }
   }
   for (ClientSession* member : job.members)
     member->world_rank = job.world_rank_of(member->local_rank);

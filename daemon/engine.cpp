@@ -8,6 +8,7 @@
 
 #include "client_session.hpp"
 #include "collectives.hpp"
+#include "comm_split.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
@@ -15,8 +16,6 @@
 
 namespace nodecomm::daemon {
 
-using proto::DType;
-using proto::RedOp;
 using proto::Status;
 
 namespace {
@@ -37,7 +36,16 @@ size_t Engine::poll(Job& job) {
       work += drain(job, *member);
     }
   }
-  work += progress(job, job.world);
+  for (auto it = job.comms.begin(); it != job.comms.end();) {
+    Communicator& comm = *it->second;
+    work += progress(job, comm);
+    if (comm.freed && comm.ops().empty()) {
+      if (comm.layout().node_comm != kAllNodes) transport_.free_group(comm.layout().node_comm);
+      it = job.comms.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (ClientSession* member : job.members) {
     if (member != nullptr) work += member->flush();
   }
@@ -67,13 +75,16 @@ size_t Engine::drain(Job& job, ClientSession& member) {
 
 void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc,
                     uint64_t now) {
-  Communicator& comm = job.world;
-  if (desc.comm_id != comm.id()) {
+  Communicator* found = job.find_comm(desc.comm_id);
+  const int k = found != nullptr ? found->layout().member_of_local(member.local_rank) : -1;
+  if (found == nullptr || found->freed || k < 0) {
     fail_one(member, desc, Status::kInvalidArgument,
-             fmt::format("{} seq {}: unknown communicator {}", who(job, member), desc.seq,
-                         desc.comm_id));
+             fmt::format("{} {} seq {}: communicator {} does not exist here (never created, "
+                         "already freed, or this rank is not a member)",
+                         who(job, member), describe_submission(desc), desc.seq, desc.comm_id));
     return;
   }
+  Communicator& comm = *found;
   uint64_t& expected = member.next_seq.try_emplace(comm.id(), 1).first->second;
   if (desc.seq != expected) {
     member.violation = fmt::format("{}: submitted seq {} on comm {}, expected seq {}",
@@ -81,9 +92,10 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
     return;
   }
   ++expected;
+  const uint32_t comm_rank = comm.layout().member_ranks[static_cast<size_t>(k)];
   const ipc::Verdict verdict = ipc::validate_descriptor(
-      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count, job.world_size,
-                                  member.world_rank});
+      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count,
+                                  comm.layout().size, comm_rank});
   if (!verdict.ok()) {
     // The other members cannot complete this sequence number without this rank, so the
     // communicator fails for all of them, naming the culprit.
@@ -99,16 +111,23 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                          comm.poison_reason()));
     return;
   }
-  Operation& op = comm.add(member.local_rank, Submission{desc, now});
+  Operation& op = comm.add(static_cast<uint32_t>(k), Submission{desc, now});
   if (op.arrived < comm.local_size()) return;
-  if (const std::string diff = describe_disagreement(op, job.world_offset); !diff.empty()) {
+  if (const std::string diff = describe_disagreement(op, comm.layout()); !diff.empty()) {
     const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
-    complete(job, op, Status::kMismatch, text);
+    complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);
     return;
   }
   op.phase = Operation::Phase::kReady;
 }
+
+namespace {
+bool is_comm_management(const Operation& op) {
+  const auto c = static_cast<proto::Collective>(op.first().collective);
+  return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
+}
+}  // namespace
 
 size_t Engine::progress(Job& job, Communicator& comm) {
   size_t work = 0;
@@ -118,18 +137,18 @@ size_t Engine::progress(Job& job, Communicator& comm) {
     Operation& op = it->second;
     if (op.phase == Operation::Phase::kGathering) {
       if (!comm.poisoned()) break;  // later operations must not overtake it on the network
-      complete(job, op, comm.poison_status(),
+      complete(job, comm, op, comm.poison_status(),
                fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
                            comm.poison_reason()));
     }
     try {
       if (op.phase == Operation::Phase::kReady) {
         if (comm.poisoned()) {
-          complete(job, op, comm.poison_status(),
+          complete(job, comm, op, comm.poison_status(),
                    fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
                                comm.poison_reason()));
         } else if (in_network < kMaxInterNodePerComm) {
-          start(job, op);
+          start(job, comm, op);
           ++work;
         } else {
           break;
@@ -138,7 +157,7 @@ size_t Engine::progress(Job& job, Communicator& comm) {
       if (op.phase == Operation::Phase::kInterNode) {
         if (transport_.test(op.handle)) {
           --inter_node_ops_;
-          finish(job, op);
+          finish(job, comm, op);
           ++work;
         } else {
           ++in_network;
@@ -146,60 +165,85 @@ size_t Engine::progress(Job& job, Communicator& comm) {
       }
     } catch (const TransportError& e) {
       if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
-      CollectiveContext ctx{job, staging_, transport_};
+      CollectiveContext ctx{job, comm, staging_, transport_};
       release_staging(ctx, op);
       const std::string text = fmt::format("{} seq {} failed between nodes: {}",
                                            describe_submission(op.first()), op.seq, e.what());
-      complete(job, op, Status::kPeerLost, text);
+      complete(job, comm, op, Status::kPeerLost, text);
       comm.poison(Status::kPeerLost, text);
     }
+    // Nothing overtakes a split or free: the communicators it makes or drops must exist
+    // identically on every daemon before anything else runs on them.
+    const bool fence = is_comm_management(op) && op.phase != Operation::Phase::kDone;
     if (op.phase == Operation::Phase::kDone) {
       it = ops.erase(it);
     } else {
       ++it;
     }
+    if (fence) break;
   }
   return work;
 }
 
-void Engine::start(Job& job, Operation& op) {
-  CollectiveContext ctx{job, staging_, transport_};
-  if (stage_in(ctx, op)) {
-    complete(job, op, Status::kOk, {});
+void Engine::start(Job& job, Communicator& comm, Operation& op) {
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  const auto collective = static_cast<proto::Collective>(op.first().collective);
+  if (collective == proto::Collective::kCommFree) {
+    comm.freed = true;
+    complete(job, comm, op, Status::kOk, {});
     return;
   }
-  if (job.node_count == 1) {
-    finish(job, op);
+  if (collective == proto::Collective::kCommSplit) {
+    split_stage_in(ctx, op);
+  } else if (stage_in(ctx, op)) {
+    complete(job, comm, op, Status::kOk, {});
     return;
   }
-  op.handle = start_network(ctx, op);
+  if (comm.layout().node_count == 1) {
+    finish(job, comm, op);
+    return;
+  }
+  op.handle = collective == proto::Collective::kCommSplit ? split_start_network(ctx, op)
+                                                          : start_network(ctx, op);
   op.phase = Operation::Phase::kInterNode;
   ++inter_node_ops_;
 }
 
-void Engine::finish(Job& job, Operation& op) {
-  CollectiveContext ctx{job, staging_, transport_};
-  stage_out(ctx, op);
-  complete(job, op, Status::kOk, {});
+void Engine::finish(Job& job, Communicator& comm, Operation& op) {
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  if (static_cast<proto::Collective>(op.first().collective) == proto::Collective::kCommSplit) {
+    split_finish(ctx, op);
+  } else {
+    stage_out(ctx, op);
+  }
+  complete(job, comm, op, Status::kOk, {});
 }
 
-void Engine::complete(Job& job, Operation& op, Status status, const std::string& message) {
+void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status,
+                      const std::string& message) {
   const uint64_t now = ipc::monotonic_ns();
-  for (size_t local = 0; local < op.slots.size(); ++local) {
-    ClientSession* member = job.members[local];
-    if (!op.slots[local] || member == nullptr) continue;
+  const CommLayout& lay = comm.layout();
+  for (size_t k = 0; k < op.slots.size(); ++k) {
+    ClientSession* member = job.members[lay.members[k]];
+    if (!op.slots[k] || member == nullptr) continue;
     proto::Completion c{};
-    c.correlation_id = op.slots[local]->desc.correlation_id;
+    c.correlation_id = op.slots[k]->desc.correlation_id;
     c.seq = op.seq;
     c.status = static_cast<int32_t>(status);
-    c.comm_id = op.slots[local]->desc.comm_id;
+    c.comm_id = op.slots[k]->desc.comm_id;
     c.elapsed_ns = now - op.last_arrival_ns;
+    c.new_comm_id = proto::kNoComm;
+    if (k < op.split_results.size()) {
+      c.new_comm_id = op.split_results[k].comm;
+      c.new_comm_rank = op.split_results[k].rank;
+      c.new_comm_size = op.split_results[k].size;
+    }
     ipc::copy_text(c.message, message);
     member->complete(c);
   }
   if (status != Status::kOk) {
-    NC_LOG(kWarn, "job {}: {} seq {} failed: {}", job.name, describe_submission(op.first()), op.seq,
-           message);
+    NC_LOG(kWarn, "job {}: {} seq {} on comm {} failed: {}", job.name,
+           describe_submission(op.first()), op.seq, comm.id(), message);
   }
   op.phase = Operation::Phase::kDone;
 }
@@ -211,6 +255,7 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
   c.seq = desc.seq;
   c.status = static_cast<int32_t>(status);
   c.comm_id = desc.comm_id;
+  c.new_comm_id = proto::kNoComm;
   ipc::copy_text(c.message, message);
   member.complete(c);
   NC_LOG(kWarn, "client {} (pid {}): {}", member.id(), member.cred().pid, message);
@@ -218,12 +263,15 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
 
 void Engine::member_lost(Job& job, ClientSession& lost, const std::string& why) {
   const std::string reason = fmt::format("{} was lost: {}", who(job, lost), why);
-  job.world.poison(Status::kPeerLost, reason);
-  for (auto& [seq, op] : job.world.ops()) {
-    if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
-      complete(job, op, Status::kPeerLost,
-               fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
-                           reason));
+  for (auto& [id, comm] : job.comms) {
+    if (comm->layout().member_of_local(lost.local_rank) < 0 && id != 0) continue;
+    comm->poison(Status::kPeerLost, reason);
+    for (auto& [seq, op] : comm->ops()) {
+      if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
+        complete(job, *comm, op, Status::kPeerLost,
+                 fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
+                             reason));
+      }
     }
   }
 }

@@ -36,9 +36,10 @@ class Engine {
   size_t drain(Job& job, ClientSession& member);
   void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
   size_t progress(Job& job, Communicator& comm);
-  void start(Job& job, Operation& op);
-  void finish(Job& job, Operation& op);
-  void complete(Job& job, Operation& op, proto::Status status, const std::string& message);
+  void start(Job& job, Communicator& comm, Operation& op);
+  void finish(Job& job, Communicator& comm, Operation& op);
+  void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
+                const std::string& message);
   void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
                 const std::string& message);
 

@@ -38,26 +38,66 @@ std::string describe_submission(const proto::OpDescriptor& d) {
 
 namespace {
 bool agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
-  return a.collective == b.collective && a.dtype == b.dtype && a.redop == b.redop &&
-         a.count == b.count && a.root == b.root;
+  if (a.collective != b.collective) return false;
+  // A split's color and key (carried in root and count) differ by design.
+  if (static_cast<proto::Collective>(a.collective) == proto::Collective::kCommSplit) return true;
+  return a.dtype == b.dtype && a.redop == b.redop && a.count == b.count && a.root == b.root;
 }
 }  // namespace
 
-std::string describe_disagreement(const Operation& op, uint32_t world_offset) {
+std::string describe_disagreement(const Operation& op, const CommLayout& layout) {
   const proto::OpDescriptor& reference = op.first();
   bool all_agree = true;
   for (const auto& s : op.slots) all_agree = all_agree && s && agree(s->desc, reference);
   if (all_agree) return {};
   std::string text = fmt::format("seq {}:", op.seq);
-  for (size_t local = 0; local < op.slots.size(); ++local) {
-    if (!op.slots[local]) continue;
-    const auto& d = op.slots[local]->desc;
-    text += fmt::format(" rank {} posted {}", world_offset + local,
+  for (size_t k = 0; k < op.slots.size(); ++k) {
+    if (!op.slots[k]) continue;
+    const auto& d = op.slots[k]->desc;
+    text += fmt::format(" rank {} posted {}", layout.member_ranks[k],
                         proto::collective_name(static_cast<proto::Collective>(d.collective)));
     text += fmt::format(" {} {} count {};", proto::dtype_name(static_cast<proto::DType>(d.dtype)),
                         proto::redop_name(static_cast<proto::RedOp>(d.redop)), d.count);
   }
   return text;
+}
+
+uint32_t CommLayout::node_of_rank(uint32_t rank) const {
+  const uint32_t pos = position[rank];
+  uint32_t n = 0;
+  while (n + 1 < node_offsets.size() && node_offsets[n + 1] <= pos) ++n;
+  return n;
+}
+
+int CommLayout::member_of_local(uint32_t local_rank) const {
+  for (size_t k = 0; k < members.size(); ++k) {
+    if (members[k] == local_rank) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+int CommLayout::member_of_rank(uint32_t comm_rank) const {
+  for (size_t k = 0; k < member_ranks.size(); ++k) {
+    if (member_ranks[k] == comm_rank) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+void CommLayout::set_ranks_by_node(const std::vector<std::vector<uint32_t>>& ranks_by_node) {
+  position.assign(size, 0);
+  rank_at.clear();
+  node_sizes.clear();
+  node_offsets.clear();
+  for (const auto& ranks : ranks_by_node) {
+    node_offsets.push_back(static_cast<uint32_t>(rank_at.size()));
+    node_sizes.push_back(static_cast<uint32_t>(ranks.size()));
+    for (uint32_t r : ranks) {
+      position[r] = static_cast<uint32_t>(rank_at.size());
+      rank_at.push_back(r);
+    }
+  }
+  identity = true;
+  for (uint32_t r = 0; r < size; ++r) identity = identity && position[r] == r;
 }
 
 }  // namespace nodecomm::daemon

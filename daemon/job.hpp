@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,18 +36,55 @@ struct Operation {
   TransportHandle handle = 0;
   StagingPool::Buffer staging;
   StagingPool::Buffer staging2;  // a second buffer for collectives that repack (alltoall)
+  // comm_split: what each member gets back (new communicator, its rank and size there).
+  struct SplitResult {
+    uint32_t comm = proto::kNoComm;
+    uint32_t rank = 0;
+    uint32_t size = 0;
+  };
+  std::vector<SplitResult> split_results;
 
   const proto::OpDescriptor& first() const;
+};
+
+// Where a communicator's ranks live. Staging buffers and network steps use "node-major"
+// positions: the ranks of node 0 (in comm-rank order), then node 1's, and so on, so every
+// node's part is one contiguous run. For the world communicator positions equal ranks.
+struct CommLayout {
+  uint32_t size = 0;               // ranks in the communicator
+  NodeComm node_comm = kAllNodes;  // the daemons hosting its ranks
+  uint32_t node_index = 0;         // this daemon within node_comm
+  uint32_t node_count = 1;
+  std::vector<uint32_t> node_sizes;    // ranks per node
+  std::vector<uint32_t> node_offsets;  // first node-major position of each node
+  std::vector<uint32_t> position;      // comm rank -> node-major position
+  std::vector<uint32_t> rank_at;       // node-major position -> comm rank
+  std::vector<uint32_t> members;       // job local ranks of this node's members, by comm rank
+  std::vector<uint32_t> member_ranks;  // their comm ranks
+  bool identity = true;                // position[r] == r for all r
+
+  uint32_t first_position() const { return node_offsets[node_index]; }
+  uint32_t node_of_rank(uint32_t rank) const;
+  // Index of the member with this job local rank or comm rank, or -1.
+  int member_of_local(uint32_t local_rank) const;
+  int member_of_rank(uint32_t comm_rank) const;
+  // Fills position/rank_at/identity from node_sizes and the comm ranks of every node's ranks.
+  void set_ranks_by_node(const std::vector<std::vector<uint32_t>>& ranks_by_node);
 };
 
 // Matches the local members' submissions for one communicator. Operations start in sequence
 // order, because the inter-node part must be started in the same order on every daemon.
 class Communicator {
  public:
-  Communicator(uint32_t id, uint32_t local_size) : id_(id), local_size_(local_size) {}
+  Communicator(uint32_t id, CommLayout layout)
+      : id_(id),
+        local_size_(static_cast<uint32_t>(layout.members.size())),
+        layout_(std::move(layout)) {}
 
   uint32_t id() const { return id_; }
   uint32_t local_size() const { return local_size_; }
+  const CommLayout& layout() const { return layout_; }
+  bool freed = false;  // a completed comm_free: dropped once its operations are gone
   // Files a submission; the operation is created on its first submission.
   Operation& add(uint32_t local_rank, const Submission& submission);
   std::map<uint64_t, Operation>& ops() { return ops_; }
@@ -66,13 +104,14 @@ class Communicator {
   uint32_t id_;
   uint32_t local_size_;
   std::map<uint64_t, Operation> ops_;
+  CommLayout layout_;
   std::string poison_;
   proto::Status poison_status_ = proto::Status::kOk;
 };
 
 // Non-empty when the members of a complete operation disagree: the text lists what each
-// local rank submitted, with world ranks computed as world_offset + local rank.
-std::string describe_disagreement(const Operation& op, uint32_t world_offset);
+// member submitted, naming it by comm rank.
+std::string describe_disagreement(const Operation& op, const CommLayout& layout);
 // "allreduce f32 sum count 7 'name'"
 std::string describe_submission(const proto::OpDescriptor& d);
 
@@ -81,10 +120,7 @@ class Job {
   enum class State { kAttaching, kForming, kRunning, kFailed };
 
   Job(std::string name, uint32_t local_size)
-      : name(std::move(name)),
-        local_size(local_size),
-        members(local_size, nullptr),
-        world(0, local_size) {}
+      : name(std::move(name)), local_size(local_size), members(local_size, nullptr) {}
 
   bool all_attached() const { return attached == local_size; }
   uint32_t world_rank_of(uint32_t local) const { return world_offset + local; }
@@ -101,14 +137,6 @@ class Job {
   uint32_t node_count = 1;
   uint32_t world_offset = 0;
   uint32_t world_size = 0;
-  // Ranks per node and each node's first world rank (world ranks of a node are contiguous).
-  std::vector<uint32_t> node_sizes;
-  std::vector<uint32_t> node_offsets;
-  uint32_t node_of(uint32_t world_rank) const {
-    uint32_t n = 0;
-    while (n + 1 < node_offsets.size() && node_offsets[n + 1] <= world_rank) ++n;
-    return n;
-  }
 
   // Formation exchange with the other daemons.
   struct NodeRecord {
@@ -120,7 +148,13 @@ class Job {
   std::vector<NodeRecord> gathered;
   TransportHandle formation = 0;
 
-  Communicator world;
+  // Communicators by id; 0 is the world, created when the job forms.
+  std::map<uint32_t, std::unique_ptr<Communicator>> comms;
+  uint32_t next_comm_id = 1;
+  Communicator* find_comm(uint32_t id) {
+    auto it = comms.find(id);
+    return it == comms.end() ? nullptr : it->second.get();
+  }
 };
 
 }  // namespace nodecomm::daemon

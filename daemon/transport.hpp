@@ -19,6 +19,10 @@
 namespace nodecomm::daemon {
 
 using TransportHandle = uint64_t;
+// A set of daemons that run inter-node operations together; kAllNodes is every daemon, and
+// create_group() makes others for communicators that span fewer nodes.
+using NodeComm = uint32_t;
+inline constexpr NodeComm kAllNodes = 0;
 
 class TransportError : public std::runtime_error {
  public:
@@ -36,34 +40,44 @@ class Transport {
   // Reduces `count` elements of `buffer` in place across all nodes. `buffer` must stay valid
   // and untouched until test() reports completion. Operations are matched across nodes by
   // the order in which they are started, so every daemon must start them in the same order.
-  virtual TransportHandle start_allreduce(void* buffer, size_t count, proto::DType dtype,
-                                          proto::RedOp op) = 0;
+  virtual TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count,
+                                          proto::DType dtype, proto::RedOp op) = 0;
   // Reduces `count` elements of `buffer` across all nodes into `buffer` on `root_node`.
-  virtual TransportHandle start_reduce(void* buffer, size_t count, proto::DType dtype,
-                                       proto::RedOp op, uint32_t root_node) = 0;
+  virtual TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count,
+                                       proto::DType dtype, proto::RedOp op, uint32_t root_node) = 0;
   // Reduces buffer (sum of node_counts elements) across nodes; node n ends up with its
   // node_counts[n] elements of the result at the start of `buffer`.
-  virtual TransportHandle start_reduce_scatter(void* buffer, std::vector<int> node_counts,
-                                               proto::DType dtype, proto::RedOp op) = 0;
+  virtual TransportHandle start_reduce_scatter(NodeComm comm, void* buffer,
+                                               std::vector<int> node_counts, proto::DType dtype,
+                                               proto::RedOp op) = 0;
   // Copies `bytes` of `buffer` on root_node to `buffer` on every node.
-  virtual TransportHandle start_broadcast(void* buffer, size_t bytes, uint32_t root_node) = 0;
+  virtual TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes,
+                                          uint32_t root_node) = 0;
   // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach every node's `buffer`.
-  virtual TransportHandle start_allgatherv(void* buffer, std::vector<int> bytes,
+  virtual TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
                                            std::vector<int> displs) = 0;
   // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach root_node's `buffer`.
-  virtual TransportHandle start_gatherv(void* buffer, std::vector<int> bytes,
+  virtual TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
                                         std::vector<int> displs, uint32_t root_node) = 0;
   // root_node's bytes [displs[n], +bytes[n]) of `buffer` reach node n's `buffer` there.
-  virtual TransportHandle start_scatterv(void* buffer, std::vector<int> bytes,
+  virtual TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<int> bytes,
                                          std::vector<int> displs, uint32_t root_node) = 0;
   // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
   // [rdispls[me], +rbytes[me]).
-  virtual TransportHandle start_alltoallv(const void* send, std::vector<int> sbytes,
+  virtual TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<int> sbytes,
                                           std::vector<int> sdispls, void* recv,
                                           std::vector<int> rbytes, std::vector<int> rdispls) = 0;
-  virtual TransportHandle start_barrier() = 0;
+  virtual TransportHandle start_barrier(NodeComm comm) = 0;
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
+  // This daemon's index within `comm` (node order) and the number of daemons in it.
+  virtual uint32_t comm_rank(NodeComm comm) const = 0;
+  virtual uint32_t comm_size(NodeComm comm) const = 0;
+  // Makes a NodeComm of the parent's members listed in `parent_ranks` (ascending), which
+  // become ranks 0..n-1. Collective over exactly those daemons, which must call it in the same
+  // order with the same `tag`; blocks until they have.
+  virtual NodeComm create_group(NodeComm parent, const std::vector<int>& parent_ranks, int tag) = 0;
+  virtual void free_group(NodeComm comm) = 0;
   // True once the operation is complete (the handle is then released). Throws TransportError.
   virtual bool test(TransportHandle handle) = 0;
   // Operations started and not yet reported complete.

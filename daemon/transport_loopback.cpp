@@ -10,28 +10,31 @@ class LoopbackTransport final : public Transport {
   uint32_t node_index() const override { return 0; }
   uint32_t node_count() const override { return 1; }
   std::string name() const override { return "loopback"; }
-  TransportHandle start_allreduce(void*, size_t, proto::DType, proto::RedOp) override {
+  TransportHandle start_allreduce(NodeComm, void*, size_t, proto::DType, proto::RedOp) override {
     return next_++;
   }
   // One node: every in-place operation already holds its result.
-  TransportHandle start_reduce(void*, size_t, proto::DType, proto::RedOp, uint32_t) override {
+  TransportHandle start_reduce(NodeComm, void*, size_t, proto::DType, proto::RedOp,
+                               uint32_t) override {
     return next_++;
   }
-  TransportHandle start_reduce_scatter(void*, std::vector<int>, proto::DType,
+  TransportHandle start_reduce_scatter(NodeComm, void*, std::vector<int>, proto::DType,
                                        proto::RedOp) override {
     return next_++;
   }
-  TransportHandle start_broadcast(void*, size_t, uint32_t) override { return next_++; }
-  TransportHandle start_allgatherv(void*, std::vector<int>, std::vector<int>) override {
+  TransportHandle start_broadcast(NodeComm, void*, size_t, uint32_t) override { return next_++; }
+  TransportHandle start_allgatherv(NodeComm, void*, std::vector<int>, std::vector<int>) override {
     return next_++;
   }
-  TransportHandle start_gatherv(void*, std::vector<int>, std::vector<int>, uint32_t) override {
+  TransportHandle start_gatherv(NodeComm, void*, std::vector<int>, std::vector<int>,
+                                uint32_t) override {
     return next_++;
   }
-  TransportHandle start_scatterv(void*, std::vector<int>, std::vector<int>, uint32_t) override {
+  TransportHandle start_scatterv(NodeComm, void*, std::vector<int>, std::vector<int>,
+                                 uint32_t) override {
     return next_++;
   }
-  TransportHandle start_alltoallv(const void* send, std::vector<int> sbytes,
+  TransportHandle start_alltoallv(NodeComm, const void* send, std::vector<int> sbytes,
                                   std::vector<int> sdispls, void* recv, std::vector<int>,
                                   std::vector<int> rdispls) override {
     if (send != recv) {
@@ -40,7 +43,11 @@ class LoopbackTransport final : public Transport {
     }
     return next_++;
   }
-  TransportHandle start_barrier() override { return next_++; }
+  TransportHandle start_barrier(NodeComm) override { return next_++; }
+  uint32_t comm_rank(NodeComm) const override { return 0; }
+  uint32_t comm_size(NodeComm) const override { return 1; }
+  NodeComm create_group(NodeComm, const std::vector<int>&, int) override { return next_comm_++; }
+  void free_group(NodeComm) override {}
   TransportHandle start_allgather(const void* send, size_t bytes, void* recv) override {
     std::memcpy(recv, send, bytes);
     return next_++;
@@ -50,6 +57,7 @@ class LoopbackTransport final : public Transport {
 
  private:
   TransportHandle next_ = 1;
+  NodeComm next_comm_ = 1;
 };
 
 }  // namespace

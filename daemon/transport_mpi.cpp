@@ -72,6 +72,7 @@ class MpiTransport final : public Transport {
   }
   ~MpiTransport() override {
     for (auto& [handle, pending] : requests_) MPI_Request_free(&pending.request);
+    for (auto& [id, comm] : comms_) MPI_Comm_free(&comm);
     MPI_Finalize();
   }
 
@@ -79,84 +80,88 @@ class MpiTransport final : public Transport {
   uint32_t node_count() const override { return size_; }
   std::string name() const override { return "mpi"; }
 
-  TransportHandle start_allreduce(void* buffer, size_t count, proto::DType dtype,
+  TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                   proto::RedOp op) override {
     Pending p;
     check(MPI_Iallreduce(MPI_IN_PLACE, buffer, checked_count(count), to_mpi(dtype), to_mpi(op),
-                         MPI_COMM_WORLD, &p.request),
+                         handle_of(comm), &p.request),
           "MPI_Iallreduce");
     return remember(std::move(p));
   }
 
-  TransportHandle start_reduce(void* buffer, size_t count, proto::DType dtype, proto::RedOp op,
-                               uint32_t root_node) override {
+  TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
+                               proto::RedOp op, uint32_t root_node) override {
     Pending p;
-    const bool root = root_node == rank_;
+    const int me = rank_in(comm);
+    const bool root = static_cast<int>(root_node) == me;
     check(MPI_Ireduce(root ? MPI_IN_PLACE : buffer, root ? buffer : nullptr, checked_count(count),
-                      to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), MPI_COMM_WORLD,
+                      to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), handle_of(comm),
                       &p.request),
           "MPI_Ireduce");
     return remember(std::move(p));
   }
 
-  TransportHandle start_reduce_scatter(void* buffer, std::vector<int> node_counts,
+  TransportHandle start_reduce_scatter(NodeComm comm, void* buffer, std::vector<int> node_counts,
                                        proto::DType dtype, proto::RedOp op) override {
     Pending p;
     p.a = std::move(node_counts);
     check(MPI_Ireduce_scatter(MPI_IN_PLACE, buffer, p.a.data(), to_mpi(dtype), to_mpi(op),
-                              MPI_COMM_WORLD, &p.request),
+                              handle_of(comm), &p.request),
           "MPI_Ireduce_scatter");
     return remember(std::move(p));
   }
 
-  TransportHandle start_broadcast(void* buffer, size_t bytes, uint32_t root_node) override {
+  TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes,
+                                  uint32_t root_node) override {
     Pending p;
     check(MPI_Ibcast(buffer, checked_count(bytes), MPI_BYTE, static_cast<int>(root_node),
-                     MPI_COMM_WORLD, &p.request),
+                     handle_of(comm), &p.request),
           "MPI_Ibcast");
     return remember(std::move(p));
   }
 
-  TransportHandle start_allgatherv(void* buffer, std::vector<int> bytes,
+  TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
                                    std::vector<int> displs) override {
     Pending p;
     p.a = std::move(bytes);
     p.b = std::move(displs);
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, p.a.data(), p.b.data(),
-                          MPI_BYTE, MPI_COMM_WORLD, &p.request),
+                          MPI_BYTE, handle_of(comm), &p.request),
           "MPI_Iallgatherv");
     return remember(std::move(p));
   }
 
-  TransportHandle start_gatherv(void* buffer, std::vector<int> bytes, std::vector<int> displs,
-                                uint32_t root_node) override {
+  TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
+                                std::vector<int> displs, uint32_t root_node) override {
     Pending p;
     p.a = std::move(bytes);
     p.b = std::move(displs);
-    const bool root = root_node == rank_;
-    char* mine = static_cast<char*>(buffer) + p.b[rank_];
+    const int me = rank_in(comm);
+    const bool root = static_cast<int>(root_node) == me;
+    char* mine = static_cast<char*>(buffer) + p.b[me];
     check(
-        MPI_Igatherv(root ? MPI_IN_PLACE : mine, p.a[rank_], MPI_BYTE, buffer, p.a.data(),
-                     p.b.data(), MPI_BYTE, static_cast<int>(root_node), MPI_COMM_WORLD, &p.request),
+        MPI_Igatherv(root ? MPI_IN_PLACE : mine, p.a[me], MPI_BYTE, buffer, p.a.data(), p.b.data(),
+                     MPI_BYTE, static_cast<int>(root_node), handle_of(comm), &p.request),
         "MPI_Igatherv");
     return remember(std::move(p));
   }
 
-  TransportHandle start_scatterv(void* buffer, std::vector<int> bytes, std::vector<int> displs,
-                                 uint32_t root_node) override {
+  TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<int> bytes,
+                                 std::vector<int> displs, uint32_t root_node) override {
     Pending p;
     p.a = std::move(bytes);
     p.b = std::move(displs);
-    const bool root = root_node == rank_;
-    char* mine = static_cast<char*>(buffer) + p.b[rank_];
-    check(MPI_Iscatterv(buffer, p.a.data(), p.b.data(), MPI_BYTE, root ? MPI_IN_PLACE : mine,
-                        p.a[rank_], MPI_BYTE, static_cast<int>(root_node), MPI_COMM_WORLD,
-                        &p.request),
-          "MPI_Iscatterv");
+    const int me = rank_in(comm);
+    const bool root = static_cast<int>(root_node) == me;
+    char* mine = static_cast<char*>(buffer) + p.b[me];
+    check(
+        MPI_Iscatterv(buffer, p.a.data(), p.b.data(), MPI_BYTE, root ? MPI_IN_PLACE : mine, p.a[me],
+                      MPI_BYTE, static_cast<int>(root_node), handle_of(comm), &p.request),
+        "MPI_Iscatterv");
     return remember(std::move(p));
   }
 
-  TransportHandle start_alltoallv(const void* send, std::vector<int> sbytes,
+  TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<int> sbytes,
                                   std::vector<int> sdispls, void* recv, std::vector<int> rbytes,
                                   std::vector<int> rdispls) override {
     Pending p;
@@ -165,14 +170,14 @@ class MpiTransport final : public Transport {
     p.c = std::move(rbytes);
     p.d = std::move(rdispls);
     check(MPI_Ialltoallv(send, p.a.data(), p.b.data(), MPI_BYTE, recv, p.c.data(), p.d.data(),
-                         MPI_BYTE, MPI_COMM_WORLD, &p.request),
+                         MPI_BYTE, handle_of(comm), &p.request),
           "MPI_Ialltoallv");
     return remember(std::move(p));
   }
 
-  TransportHandle start_barrier() override {
+  TransportHandle start_barrier(NodeComm comm) override {
     Pending p;
-    check(MPI_Ibarrier(MPI_COMM_WORLD, &p.request), "MPI_Ibarrier");
+    check(MPI_Ibarrier(handle_of(comm), &p.request), "MPI_Ibarrier");
     return remember(std::move(p));
   }
 
@@ -192,6 +197,37 @@ class MpiTransport final : public Transport {
     if (done == 0) return false;
     requests_.erase(it);
     return true;
+  }
+
+  uint32_t comm_rank(NodeComm comm) const override { return static_cast<uint32_t>(rank_in(comm)); }
+  uint32_t comm_size(NodeComm comm) const override {
+    int size = 0;
+    MPI_Comm_size(handle_of(comm), &size);
+    return static_cast<uint32_t>(size);
+  }
+
+  NodeComm create_group(NodeComm parent, const std::vector<int>& parent_ranks, int tag) override {
+    MPI_Group parent_group = MPI_GROUP_NULL;
+    MPI_Group group = MPI_GROUP_NULL;
+    MPI_Comm_group(handle_of(parent), &parent_group);
+    MPI_Group_incl(parent_group, static_cast<int>(parent_ranks.size()), parent_ranks.data(),
+                   &group);
+    MPI_Comm created = MPI_COMM_NULL;
+    const int rc = MPI_Comm_create_group(handle_of(parent), group, tag, &created);
+    MPI_Group_free(&group);
+    MPI_Group_free(&parent_group);
+    check(rc, "MPI_Comm_create_group");
+    MPI_Comm_set_errhandler(created, MPI_ERRORS_RETURN);
+    const NodeComm id = next_comm_++;
+    comms_.emplace(id, created);
+    return id;
+  }
+
+  void free_group(NodeComm comm) override {
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) return;
+    MPI_Comm_free(&it->second);
+    comms_.erase(it);
   }
 
   size_t in_flight() const override { return requests_.size(); }
@@ -222,7 +258,21 @@ class MpiTransport final : public Transport {
     return handle;
   }
 
+  MPI_Comm handle_of(NodeComm comm) const {
+    if (comm == kAllNodes) return MPI_COMM_WORLD;
+    auto it = comms_.find(comm);
+    if (it == comms_.end()) throw TransportError(fmt::format("unknown node communicator {}", comm));
+    return it->second;
+  }
+  int rank_in(NodeComm comm) const {
+    int rank = 0;
+    MPI_Comm_rank(handle_of(comm), &rank);
+    return rank;
+  }
+
   uint32_t rank_ = 0;
+  NodeComm next_comm_ = 1;
+  std::unordered_map<NodeComm, MPI_Comm> comms_;
   uint32_t size_ = 1;
   TransportHandle next_ = 1;
   std::unordered_map<TransportHandle, Pending> requests_;

@@ -78,6 +78,8 @@ typedef struct nc_context nc_context_t; /* opaque */
 typedef uint64_t nc_request_t;          /* 0 is never a valid request */
 typedef uint32_t nc_comm_t;
 #define NC_COMM_WORLD ((nc_comm_t)0)
+#define NC_COMM_NULL ((nc_comm_t)0xffffffffu) /* "no communicator" (opted out of a split) */
+#define NC_UNDEFINED (-32766)                 /* split color that opts out, as MPI_UNDEFINED */
 
 /* Options for nc_init. Zero-initialise, set what you need; zero/NULL fields fall back to the
  * environment and then to the defaults listed above. */
@@ -201,6 +203,33 @@ nc_status_t nc_test(nc_context_t* ctx, nc_request_t req);
  * status, releasing the request. NC_ERR_TIMEOUT after the context's timeout (the request
  * stays valid), NC_ERR_DAEMON_LOST within about a second if the daemon dies. */
 nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req);
+
+/* Communicators. World is NC_COMM_WORLD. The calls below are collective over the parent
+ * (every rank of it must call them, in the same order relative to its other operations on
+ * it) and block until the daemons have agreed. Operations on different communicators progress
+ * independently; on one communicator they run in posting order. */
+
+/* MPI_Comm_split semantics: ranks with the same color form a communicator, ordered by key,
+ * then by rank in `parent`. color NC_UNDEFINED (or any negative color) opts out: *newcomm is
+ * NC_COMM_NULL. */
+nc_status_t nc_comm_split(nc_context_t* ctx, nc_comm_t parent, int color, int key,
+                          nc_comm_t* newcomm);
+/* A new communicator with the same ranks in the same order. */
+nc_status_t nc_comm_dup(nc_context_t* ctx, nc_comm_t comm, nc_comm_t* newcomm);
+/* Releases a communicator (not the world) on every rank of it; *comm becomes NC_COMM_NULL.
+ * Operations still in flight on it must be waited for first. */
+nc_status_t nc_comm_free(nc_context_t* ctx, nc_comm_t* comm);
+/* This rank's place in `comm`, and its number of ranks. */
+nc_status_t nc_comm_rank(const nc_context_t* ctx, nc_comm_t comm, int* rank);
+nc_status_t nc_comm_size(const nc_context_t* ctx, nc_comm_t comm, int* size);
+
+/* MLSL's Distribution: world_size must equal data_parts * model_parts. World rank r belongs
+ * to model group r / model_parts (the model_parts consecutive ranks that hold one replica
+ * between them) and to data group r % model_parts (the data_parts ranks that hold the same
+ * model shard, across replicas). Gradient allreduce for data parallelism goes on *data_comm,
+ * activation exchange for model parallelism on *model_comm. Collective over the world. */
+nc_status_t nc_distribution(nc_context_t* ctx, int data_parts, int model_parts,
+                            nc_comm_t* data_comm, nc_comm_t* model_comm);
 
 /* Waits for every non-zero request in reqs[0..n) and sets each to 0 once released. Returns
  * NC_OK if all succeeded, else the first failure's status (nc_last_error() has its message);

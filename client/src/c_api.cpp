@@ -210,6 +210,68 @@ nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req) {
   return report(ctx->impl->wait(req));
 }
 
+nc_status_t nc_comm_split(nc_context_t* ctx, nc_comm_t parent, int color, int key,
+                          nc_comm_t* newcomm) {
+  if (ctx == nullptr) return not_initialized("nc_comm_split");
+  if (newcomm == nullptr) {
+    t_last_error = "nc_comm_split: newcomm is NULL";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  const int32_t wire_color = color < 0 ? proto::kUndefinedColor : color;
+  return report(ctx->impl->split(parent, wire_color, key, newcomm));
+}
+
+nc_status_t nc_comm_dup(nc_context_t* ctx, nc_comm_t comm, nc_comm_t* newcomm) {
+  if (ctx == nullptr) return not_initialized("nc_comm_dup");
+  int rank = 0;
+  if (nc_status_t s = nc_comm_rank(ctx, comm, &rank); s != NC_OK) return s;
+  return nc_comm_split(ctx, comm, 0, rank, newcomm);
+}
+
+nc_status_t nc_comm_free(nc_context_t* ctx, nc_comm_t* comm) {
+  if (ctx == nullptr) return not_initialized("nc_comm_free");
+  if (comm == nullptr || *comm == NC_COMM_NULL) return NC_OK;
+  const nc_status_t s = report(ctx->impl->free_comm(*comm));
+  if (s == NC_OK) *comm = NC_COMM_NULL;
+  return s;
+}
+
+nc_status_t nc_comm_rank(const nc_context_t* ctx, nc_comm_t comm, int* rank) {
+  if (ctx == nullptr) return not_initialized("nc_comm_rank");
+  uint32_t r = 0;
+  if (nc_status_t s = report(ctx->impl->comm_info(comm, &r, nullptr)); s != NC_OK) return s;
+  if (rank != nullptr) *rank = static_cast<int>(r);
+  return NC_OK;
+}
+
+nc_status_t nc_comm_size(const nc_context_t* ctx, nc_comm_t comm, int* size) {
+  if (ctx == nullptr) return not_initialized("nc_comm_size");
+  uint32_t n = 0;
+  if (nc_status_t s = report(ctx->impl->comm_info(comm, nullptr, &n)); s != NC_OK) return s;
+  if (size != nullptr) *size = static_cast<int>(n);
+  return NC_OK;
+}
+
+nc_status_t nc_distribution(nc_context_t* ctx, int data_parts, int model_parts,
+                            nc_comm_t* data_comm, nc_comm_t* model_comm) {
+  if (ctx == nullptr) return not_initialized("nc_distribution");
+  const int size = nc_world_size(ctx);
+  const int rank = nc_world_rank(ctx);
+  if (data_parts < 1 || model_parts < 1 || data_parts * model_parts != size ||
+      data_comm == nullptr || model_comm == nullptr) {
+    t_last_error = "nc_distribution: data_parts (" + std::to_string(data_parts) +
+                   ") x model_parts (" + std::to_string(model_parts) +
+                   ") must equal the world size (" + std::to_string(size) +
+                   ") and both outputs must be non-NULL";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  if (nc_status_t s = nc_comm_split(ctx, NC_COMM_WORLD, rank / model_parts, rank, model_comm);
+      s != NC_OK) {
+    return s;
+  }
+  return nc_comm_split(ctx, NC_COMM_WORLD, rank % model_parts, rank, data_comm);
+}
+
 nc_status_t nc_wait_all(nc_context_t* ctx, size_t n, nc_request_t* reqs, nc_status_t* statuses) {
   if (ctx == nullptr) return not_initialized("nc_wait_all");
   if (n > 0 && reqs == nullptr) {

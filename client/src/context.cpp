@@ -220,6 +220,7 @@ Result Context::attach(const Settings& s) {
   }
   // This node's ranks and its daemon poll; with more of them than CPUs, waits must yield early.
   idle_config_ = ipc::IdleConfig::for_load(s.local_size + 1);
+  comms_[0] = CommInfo{ready.world_rank, ready.world_size};
   world_rank_ = ready.world_rank;
   world_size_ = ready.world_size;
   node_index_ = ready.node_index;
@@ -306,8 +307,15 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
                             "before posting more",
                             in_flight_));
   }
-  const uint32_t size = world_size_;
-  const uint32_t rank = world_rank_;
+  const auto comm_it = comms_.find(a.comm);
+  if (comm_it == comms_.end()) {
+    return fail(NC_ERR_INVALID_ARGUMENT,
+                fmt::format("{} on comm {} (rank {}): no such communicator here (never created, "
+                            "freed, or this rank opted out of the split)",
+                            proto::collective_name(a.collective), a.comm, world_rank_));
+  }
+  const uint32_t size = comm_it->second.size;
+  const uint32_t rank = comm_it->second.rank;
   const proto::BufferElems elems = proto::buffer_elems(a.collective, a.count, size, a.root == rank);
   const uint64_t send_bytes = elems.send * elem;
   const uint64_t recv_bytes = elems.recv * elem;
@@ -419,14 +427,19 @@ Result Context::drain_completions() {
     Request& req = it->second;
     req.done = true;
     req.status = static_cast<nc_status_t>(c.status);
+    req.new_comm = c.new_comm_id;
+    req.new_rank = c.new_comm_rank;
+    req.new_size = c.new_comm_size;
     if (c.status != 0) req.message = ipc::bounded_text(c.message);
     --in_flight_;
   }
 }
 
 Result Context::retire(std::unordered_map<nc_request_t, Request>::iterator it) {
+  const nc_request_t id = it->first;
   Request req = std::move(it->second);
   requests_.erase(it);
+  if (id == pending_comm_op_) last_comm_op_ = req;
   if (req.status == NC_OK && req.recv_bytes > 0) {
     std::memcpy(req.user_recv, segment_.arena() + req.temp_recv, req.recv_bytes);
   }
@@ -458,6 +471,66 @@ Result Context::test(nc_request_t id) {
     return daemon_lost(fmt::format("{} was in flight", describe(it->second)));
   }
   return fail(NC_IN_PROGRESS, {});
+}
+
+Result Context::run_comm_op(proto::Collective collective, uint32_t comm, int32_t color, int64_t key,
+                            Request* done) {
+  CollectiveArgs args{collective,
+                      nullptr,
+                      nullptr,
+                      static_cast<uint64_t>(key),
+                      proto::DType::kU8,
+                      proto::RedOp::kSum,
+                      comm,
+                      static_cast<uint32_t>(color),
+                      nullptr};
+  nc_request_t id = 0;
+  if (Result r = post(args, &id); r.status != NC_OK) return r;
+  {
+    std::lock_guard lock(mutex_);
+    // Keep the answer: wait() releases the request.
+    pending_comm_op_ = id;
+  }
+  Result r = wait(id);
+  std::lock_guard lock(mutex_);
+  *done = last_comm_op_;
+  return r;
+}
+
+Result Context::split(uint32_t parent, int32_t color, int64_t key, uint32_t* child) {
+  Request done;
+  if (Result r = run_comm_op(proto::Collective::kCommSplit, parent, color, key, &done);
+      r.status != NC_OK) {
+    return r;
+  }
+  std::lock_guard lock(mutex_);
+  *child = done.new_comm;
+  if (done.new_comm != proto::kNoComm)
+    comms_[done.new_comm] = CommInfo{done.new_rank, done.new_size};
+  return Result::ok();
+}
+
+Result Context::free_comm(uint32_t comm) {
+  if (comm == 0) return fail(NC_ERR_INVALID_ARGUMENT, "the world communicator cannot be freed");
+  Request done;
+  if (Result r = run_comm_op(proto::Collective::kCommFree, comm, 0, 0, &done); r.status != NC_OK) {
+    return r;
+  }
+  std::lock_guard lock(mutex_);
+  comms_.erase(comm);
+  next_seq_.erase(comm);
+  return Result::ok();
+}
+
+Result Context::comm_info(uint32_t comm, uint32_t* rank, uint32_t* size) const {
+  std::lock_guard lock(mutex_);
+  auto it = comms_.find(comm);
+  if (it == comms_.end()) {
+    return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("communicator {} does not exist here", comm));
+  }
+  if (rank != nullptr) *rank = it->second.rank;
+  if (size != nullptr) *size = it->second.size;
+  return Result::ok();
 }
 
 Result Context::wait(nc_request_t id) {

@@ -68,6 +68,12 @@ class Context {
   // Waits until one of the non-zero ids completes; *index says which.
   Result wait_any(const nc_request_t* ids, size_t n, size_t* index);
 
+  // Collective over `parent`: this rank's new communicator (proto::kNoComm if color is
+  // kUndefinedColor).
+  Result split(uint32_t parent, int32_t color, int64_t key, uint32_t* child);
+  Result free_comm(uint32_t comm);
+  Result comm_info(uint32_t comm, uint32_t* rank, uint32_t* size) const;
+
   uint32_t world_rank() const { return world_rank_; }
   uint32_t world_size() const { return world_size_; }
   uint32_t node_index() const { return node_index_; }
@@ -89,7 +95,19 @@ class Context {
     uint64_t temp_recv = kNoBlock;
     void* user_recv = nullptr;
     uint64_t recv_bytes = 0;
+    // comm_split's answer.
+    uint32_t new_comm = 0;
+    uint32_t new_rank = 0;
+    uint32_t new_size = 0;
   };
+  struct CommInfo {
+    uint32_t rank;
+    uint32_t size;
+  };
+  // Posts a communicator operation and waits for it; the completion's split fields land in
+  // *done.
+  Result run_comm_op(proto::Collective collective, uint32_t comm, int32_t color, int64_t key,
+                     Request* done);
   static constexpr uint64_t kNoBlock = UINT64_MAX;
   void release_temporaries(const Request& r);
 
@@ -112,6 +130,9 @@ class Context {
   mutable std::mutex mutex_;
   std::unordered_map<nc_request_t, Request> requests_;
   std::unordered_map<uint32_t, uint64_t> next_seq_;
+  std::unordered_map<uint32_t, CommInfo> comms_;
+  nc_request_t pending_comm_op_ = 0;  // the split/free being waited for
+  Request last_comm_op_;              // its completed request
   nc_request_t next_request_ = 1;
   size_t in_flight_ = 0;
   bool daemon_gone_ = false;

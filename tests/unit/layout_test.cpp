@@ -15,7 +15,7 @@ TEST(Layout, RecordSizesAreStable) {
   EXPECT_EQ(sizeof(RingHeader), 256u);
   EXPECT_EQ(sizeof(Doorbells), 256u);
   EXPECT_EQ(sizeof(Hello), 96u);
-  EXPECT_EQ(kLayoutVersion, 1u);
+  EXPECT_EQ(kLayoutVersion, 2u);
 }
 
 TEST(Layout, PositionsSitOnTheirOwnLines) {

@@ -20,10 +20,10 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr size_t kLineBytes = 128;
 inline constexpr size_t kTensorNameBytes = 48;
-inline constexpr size_t kCompletionMessageBytes = 216;
+inline constexpr size_t kCompletionMessageBytes = 200;
 
 // One single-writer monotonic position alone on its line.
 struct alignas(kLineBytes) PaddedPosition {
@@ -44,7 +44,13 @@ static_assert(offsetof(RingHeader, head) == kLineBytes);
 // Flags of an OpDescriptor.
 inline constexpr uint32_t kOpFlagInPlace = 1u << 0;  // send buffer is the receive buffer
 
-// A client's request for one collective. The daemon copies it out of shared memory
+// Color of a rank that opts out of a split (MPI_UNDEFINED).
+inline constexpr int32_t kUndefinedColor = -32766;
+inline constexpr uint32_t kNoComm = 0xffffffffu;
+
+// A client's request for one collective. For Collective::kCommSplit, `root` carries the color
+// (an int32 bit pattern; kUndefinedColor opts out) and `count` the key (an int64 bit
+// pattern); no buffers are used. The daemon copies it out of shared memory
 // before looking at any field and validates every field (see ipc/validate.hpp).
 struct OpDescriptor {
   uint64_t correlation_id;      // client-chosen, echoed in the completion
@@ -75,12 +81,17 @@ struct Completion {
   uint64_t seq;
   int32_t status;  // Status
   uint32_t comm_id;
-  uint64_t elapsed_ns;  // from the last local submission to delivery, for diagnostics
+  uint64_t elapsed_ns;   // from the last local submission to delivery, for diagnostics
+  uint32_t new_comm_id;  // kCommSplit: the new communicator, or kNoComm for opted-out ranks
+  uint32_t new_comm_rank;
+  uint32_t new_comm_size;
+  uint32_t reserved;
   char message[kCompletionMessageBytes];  // NUL-terminated error text; empty on success
 };
 static_assert(std::is_standard_layout_v<Completion> && std::is_trivially_copyable_v<Completion>);
 static_assert(sizeof(Completion) == 248);
-static_assert(offsetof(Completion, message) == 32);
+static_assert(offsetof(Completion, new_comm_id) == 32);
+static_assert(offsetof(Completion, message) == 48);
 
 // Wake-up words. Futex words are 32-bit; each group sits on the line of its writer.
 struct Doorbells {

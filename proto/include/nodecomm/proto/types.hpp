@@ -48,6 +48,8 @@ enum class Collective : uint16_t {
   kScatter = 6,
   kAlltoall = 7,
   kBarrier = 8,
+  kCommSplit = 9,  // collective over the parent: creates the new communicators
+  kCommFree = 10,  // collective over the communicator: releases it
   kCount
 };
 
@@ -134,6 +136,10 @@ constexpr std::string_view collective_name(Collective c) {
       return "alltoall";
     case Collective::kBarrier:
       return "barrier";
+    case Collective::kCommSplit:
+      return "comm_split";
+    case Collective::kCommFree:
+      return "comm_free";
     default:
       return "?collective";
   }
