@@ -43,14 +43,17 @@ TransportHandle split_start_network(CollectiveContext& ctx, Operation& op) {
                                         std::move(displs));
 }
 
-void split_finish(CollectiveContext& ctx, Operation& op) {
-  const CommLayout& parent = ctx.comm.layout();
+namespace {
+
+struct Entry {
+  SplitRecord record;
+  uint32_t parent_node;
+};
+
+// Every record with the parent node it came from, grouped by color in ascending order and
+// sorted by (key, parent rank) within a color: the same on every daemon.
+std::map<int32_t, std::vector<Entry>> plan(const CommLayout& parent, const Operation& op) {
   const auto* records = static_cast<const SplitRecord*>(op.staging.data);
-  // Every record with the parent node it came from, grouped by color in ascending order.
-  struct Entry {
-    SplitRecord record;
-    uint32_t parent_node;
-  };
   std::map<int32_t, std::vector<Entry>> by_color;
   for (uint32_t n = 0; n < parent.node_sizes.size(); ++n) {
     for (uint32_t i = 0; i < parent.node_sizes[n]; ++i) {
@@ -58,31 +61,51 @@ void split_finish(CollectiveContext& ctx, Operation& op) {
       if (r.color != proto::kUndefinedColor) by_color[r.color].push_back(Entry{r, n});
     }
   }
-  op.split_results.assign(parent.members.size(), Operation::SplitResult{});
-  int tag = 0;
   for (auto& [color, entries] : by_color) {
-    ++tag;
     std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
       return a.record.key != b.record.key ? a.record.key < b.record.key
                                           : a.record.parent_rank < b.record.parent_rank;
     });
+  }
+  return by_color;
+}
+
+bool hosts(const std::vector<Entry>& entries, uint32_t node) {
+  return std::any_of(entries.begin(), entries.end(),
+                     [node](const Entry& e) { return e.parent_node == node; });
+}
+
+}  // namespace
+
+TransportHandle split_start_groups(CollectiveContext& ctx, Operation& op) {
+  const CommLayout& parent = ctx.comm.layout();
+  std::vector<bool> include;
+  for (const auto& [color, entries] : plan(parent, op)) {
+    include.push_back(hosts(entries, parent.node_index));
+  }
+  return ctx.transport.start_split_groups(parent.node_comm, std::move(include));
+}
+
+void split_finish(CollectiveContext& ctx, Operation& op, TransportHandle groups) {
+  const CommLayout& parent = ctx.comm.layout();
+  const std::vector<NodeComm> node_comms = ctx.transport.take_groups(groups);
+  op.split_results.assign(parent.members.size(), Operation::SplitResult{});
+  size_t index = 0;
+  for (const auto& [color, entries] : plan(parent, op)) {
+    const NodeComm node_comm = node_comms[index++];
     // The group's daemons in parent node order; each node's members in new-rank order.
-    std::vector<int> parent_nodes;
     std::map<uint32_t, std::vector<uint32_t>> ranks_of_node;
     for (uint32_t rank = 0; rank < entries.size(); ++rank) {
       ranks_of_node[entries[rank].parent_node].push_back(rank);
     }
-    for (const auto& [node, ranks] : ranks_of_node) parent_nodes.push_back(static_cast<int>(node));
     const auto mine = ranks_of_node.find(parent.node_index);
     if (mine == ranks_of_node.end()) continue;  // no member here: not in this group
 
     CommLayout child;
     child.size = static_cast<uint32_t>(entries.size());
-    child.node_count = static_cast<uint32_t>(parent_nodes.size());
-    child.node_index = static_cast<uint32_t>(
-        std::find(parent_nodes.begin(), parent_nodes.end(), static_cast<int>(parent.node_index)) -
-        parent_nodes.begin());
-    child.node_comm = ctx.transport.create_group(parent.node_comm, parent_nodes, tag);
+    child.node_count = static_cast<uint32_t>(ranks_of_node.size());
+    child.node_index = static_cast<uint32_t>(std::distance(ranks_of_node.begin(), mine));
+    child.node_comm = node_comm;
     std::vector<std::vector<uint32_t>> ranks_by_node;
     for (const auto& [node, ranks] : ranks_of_node) ranks_by_node.push_back(ranks);
     child.set_ranks_by_node(ranks_by_node);

@@ -194,8 +194,16 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
     return;
   }
   if (collective == proto::Collective::kCommSplit) {
+    // Two network steps: exchange the records, then create the daemons' groups.
     split_stage_in(ctx, op);
-  } else if (stage_in(ctx, op)) {
+    const bool exchange = comm.layout().node_count > 1;
+    op.split_step = exchange ? 1 : 2;
+    op.handle = exchange ? split_start_network(ctx, op) : split_start_groups(ctx, op);
+    op.phase = Operation::Phase::kInterNode;
+    ++inter_node_ops_;
+    return;
+  }
+  if (stage_in(ctx, op)) {
     complete(job, comm, op, Status::kOk, {});
     return;
   }
@@ -203,8 +211,7 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
     finish(job, comm, op);
     return;
   }
-  op.handle = collective == proto::Collective::kCommSplit ? split_start_network(ctx, op)
-                                                          : start_network(ctx, op);
+  op.handle = start_network(ctx, op);
   op.phase = Operation::Phase::kInterNode;
   ++inter_node_ops_;
 }
@@ -212,7 +219,13 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
 void Engine::finish(Job& job, Communicator& comm, Operation& op) {
   CollectiveContext ctx{job, comm, staging_, transport_};
   if (static_cast<proto::Collective>(op.first().collective) == proto::Collective::kCommSplit) {
-    split_finish(ctx, op);
+    if (op.split_step == 1) {
+      op.split_step = 2;
+      op.handle = split_start_groups(ctx, op);
+      ++inter_node_ops_;  // still in the network
+      return;
+    }
+    split_finish(ctx, op, op.handle);
   } else {
     stage_out(ctx, op);
   }

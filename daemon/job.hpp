@@ -43,6 +43,7 @@ struct Operation {
     uint32_t size = 0;
   };
   std::vector<SplitResult> split_results;
+  int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
 
   const proto::OpDescriptor& first() const;
 };

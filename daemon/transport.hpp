@@ -73,10 +73,13 @@ class Transport {
   // This daemon's index within `comm` (node order) and the number of daemons in it.
   virtual uint32_t comm_rank(NodeComm comm) const = 0;
   virtual uint32_t comm_size(NodeComm comm) const = 0;
-  // Makes a NodeComm of the parent's members listed in `parent_ranks` (ascending), which
-  // become ranks 0..n-1. Collective over exactly those daemons, which must call it in the same
-  // order with the same `tag`; blocks until they have.
-  virtual NodeComm create_group(NodeComm parent, const std::vector<int>& parent_ranks, int tag) = 0;
+  // Collective over every daemon of `parent`: for each entry of `include`, in order, a new
+  // NodeComm of the daemons that pass true (ranked in parent order). Non-blocking: poll with
+  // test(), then take_groups() gives one NodeComm per entry (kAllNodes where excluded).
+  // Creating communicators is blocking in MPI; a daemon serving several communicators could
+  // otherwise block on one while a peer blocks on another, and both would wait forever.
+  virtual TransportHandle start_split_groups(NodeComm parent, std::vector<bool> include) = 0;
+  virtual std::vector<NodeComm> take_groups(TransportHandle handle) = 0;
   virtual void free_group(NodeComm comm) = 0;
   // True once the operation is complete (the handle is then released). Throws TransportError.
   virtual bool test(TransportHandle handle) = 0;
@@ -87,8 +90,8 @@ class Transport {
 // A single node: every operation is complete as soon as it starts.
 std::unique_ptr<Transport> make_loopback_transport();
 
-// Initialises MPI (MPI_THREAD_FUNNELED) and returns a transport over MPI_COMM_WORLD, one
-// rank per node. Finalizes MPI when destroyed.
+// Initialises MPI (MPI_THREAD_MULTIPLE, see start_split_groups) and returns a transport over
+// MPI_COMM_WORLD, one rank per node. Finalizes MPI when destroyed.
 std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv);
 
 }  // namespace nodecomm::daemon

@@ -1,4 +1,5 @@
 #include <cstring>
+#include <map>
 
 #include "transport.hpp"
 
@@ -46,7 +47,17 @@ class LoopbackTransport final : public Transport {
   TransportHandle start_barrier(NodeComm) override { return next_++; }
   uint32_t comm_rank(NodeComm) const override { return 0; }
   uint32_t comm_size(NodeComm) const override { return 1; }
-  NodeComm create_group(NodeComm, const std::vector<int>&, int) override { return next_comm_++; }
+  TransportHandle start_split_groups(NodeComm, std::vector<bool> include) override {
+    std::vector<NodeComm> made;
+    for (bool in : include) made.push_back(in ? next_comm_++ : kAllNodes);
+    groups_.emplace(next_, std::move(made));
+    return next_++;
+  }
+  std::vector<NodeComm> take_groups(TransportHandle handle) override {
+    auto made = std::move(groups_[handle]);
+    groups_.erase(handle);
+    return made;
+  }
   void free_group(NodeComm) override {}
   TransportHandle start_allgather(const void* send, size_t bytes, void* recv) override {
     std::memcpy(recv, send, bytes);
@@ -58,6 +69,7 @@ class LoopbackTransport final : public Transport {
  private:
   TransportHandle next_ = 1;
   NodeComm next_comm_ = 1;
+  std::map<TransportHandle, std::vector<NodeComm>> groups_;
 };
 
 }  // namespace

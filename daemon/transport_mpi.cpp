@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,7 +63,10 @@ class MpiTransport final : public Transport {
  public:
   MpiTransport(int* argc, char*** argv) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // The engine thread makes every data call; communicator creation runs on short-lived
+    // threads (see start_split_groups), which needs MPI_THREAD_MULTIPLE.
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
     // Errors come back as codes so a lost peer becomes a TransportError, not an abort.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     int rank = 0;
@@ -71,6 +77,14 @@ class MpiTransport final : public Transport {
     size_ = static_cast<uint32_t>(size);
   }
   ~MpiTransport() override {
+    for (auto& [handle, job] : group_jobs_) {
+      // A creation still blocked in MPI (a peer died) must not hang the shutdown.
+      if (job->done.load(std::memory_order_acquire)) {
+        job->thread.join();
+      } else {
+        job->thread.detach();
+      }
+    }
     for (auto& [handle, pending] : requests_) MPI_Request_free(&pending.request);
     for (auto& [id, comm] : comms_) MPI_Comm_free(&comm);
     MPI_Finalize();
@@ -190,6 +204,16 @@ class MpiTransport final : public Transport {
   }
 
   bool test(TransportHandle handle) override {
+    if (auto job = group_jobs_.find(handle); job != group_jobs_.end()) {
+      // acquire: pairs with the creating thread's release of done.
+      if (!job->second->done.load(std::memory_order_acquire)) return false;
+      job->second->thread.join();
+      const int status = job->second->status;
+      finished_groups_.emplace(handle, std::move(job->second->made));
+      group_jobs_.erase(job);
+      check(status, "MPI_Comm_split");
+      return true;
+    }
     auto it = requests_.find(handle);
     if (it == requests_.end()) throw TransportError(fmt::format("unknown handle {}", handle));
     int done = 0;
@@ -206,21 +230,48 @@ class MpiTransport final : public Transport {
     return static_cast<uint32_t>(size);
   }
 
-  NodeComm create_group(NodeComm parent, const std::vector<int>& parent_ranks, int tag) override {
-    MPI_Group parent_group = MPI_GROUP_NULL;
-    MPI_Group group = MPI_GROUP_NULL;
-    MPI_Comm_group(handle_of(parent), &parent_group);
-    MPI_Group_incl(parent_group, static_cast<int>(parent_ranks.size()), parent_ranks.data(),
-                   &group);
-    MPI_Comm created = MPI_COMM_NULL;
-    const int rc = MPI_Comm_create_group(handle_of(parent), group, tag, &created);
-    MPI_Group_free(&group);
-    MPI_Group_free(&parent_group);
-    check(rc, "MPI_Comm_create_group");
-    MPI_Comm_set_errhandler(created, MPI_ERRORS_RETURN);
-    const NodeComm id = next_comm_++;
-    comms_.emplace(id, created);
-    return id;
+  TransportHandle start_split_groups(NodeComm parent, std::vector<bool> include) override {
+    if (!thread_multiple_) {
+      throw TransportError(
+          "creating communicators needs MPI_THREAD_MULTIPLE, which this MPI "
+          "library does not provide");
+    }
+    // Each creation runs on its own thread: creations for different communicators never wait
+    // for each other, whatever order the daemons reach them in. Creations on one parent stay
+    // ordered because the engine fences them in that parent's operation stream.
+    auto job = std::make_shared<GroupJob>();
+    const MPI_Comm parent_comm = handle_of(parent);
+    const int parent_rank = rank_in(parent);
+    job->thread = std::thread([job, parent_comm, parent_rank, include = std::move(include)] {
+      for (bool in : include) {
+        MPI_Comm created = MPI_COMM_NULL;
+        job->status = MPI_Comm_split(parent_comm, in ? 0 : MPI_UNDEFINED, parent_rank, &created);
+        if (job->status != MPI_SUCCESS) break;
+        job->made.push_back(created);
+      }
+      // release: the results written above are visible to the engine once it sees done.
+      job->done.store(true, std::memory_order_release);
+    });
+    const TransportHandle handle = next_++;
+    group_jobs_.emplace(handle, std::move(job));
+    return handle;
+  }
+
+  std::vector<NodeComm> take_groups(TransportHandle handle) override {
+    auto it = finished_groups_.find(handle);
+    if (it == finished_groups_.end()) throw TransportError("communicator creation not finished");
+    std::vector<NodeComm> ids;
+    for (MPI_Comm c : it->second) {
+      if (c == MPI_COMM_NULL) {
+        ids.push_back(kAllNodes);
+        continue;
+      }
+      MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+      ids.push_back(next_comm_);
+      comms_.emplace(next_comm_++, c);
+    }
+    finished_groups_.erase(it);
+    return ids;
   }
 
   void free_group(NodeComm comm) override {
@@ -230,7 +281,7 @@ class MpiTransport final : public Transport {
     comms_.erase(it);
   }
 
-  size_t in_flight() const override { return requests_.size(); }
+  size_t in_flight() const override { return requests_.size() + group_jobs_.size(); }
 
  private:
   static int checked_count(size_t count) {
@@ -247,6 +298,14 @@ class MpiTransport final : public Transport {
     }
   }
   // A request and the count arrays MPI reads until it completes.
+  // A communicator creation running on its own thread.
+  struct GroupJob {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    int status = MPI_SUCCESS;
+    std::vector<MPI_Comm> made;
+  };
+
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<int> a, b, c, d;
@@ -273,6 +332,9 @@ class MpiTransport final : public Transport {
   uint32_t rank_ = 0;
   NodeComm next_comm_ = 1;
   std::unordered_map<NodeComm, MPI_Comm> comms_;
+  std::unordered_map<TransportHandle, std::shared_ptr<GroupJob>> group_jobs_;
+  std::unordered_map<TransportHandle, std::vector<MPI_Comm>> finished_groups_;
+  bool thread_multiple_ = false;
   uint32_t size_ = 1;
   TransportHandle next_ = 1;
   std::unordered_map<TransportHandle, Pending> requests_;
