@@ -137,6 +137,34 @@ void to_rank_order(const CommLayout& lay, uint8_t* dst, const uint8_t* src, size
   }
 }
 
+// allgatherv: element offset of every node-major position in the packed staging buffer (one
+// more entry than positions: the total).
+std::vector<size_t> packed_offsets(const CommLayout& lay, const uint64_t* counts) {
+  std::vector<size_t> off(lay.size + 1, 0);
+  for (uint32_t p = 0; p < lay.size; ++p) off[p + 1] = off[p] + counts[lay.rank_at[p]];
+  return off;
+}
+
+// alltoallv: elements this node sends to node n (send side) or receives from it, in the
+// [source member][destination member] order both sides agree on.
+size_t alltoallv_to(const Members& m, const CommLayout& lay, size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < m.count(); ++i) {
+    const uint64_t* send_counts = m.op.slots[i]->aux.data();
+    for (uint32_t j = 0; j < lay.node_sizes[n]; ++j)
+      total += send_counts[lay.rank_at[lay.node_offsets[n] + j]];
+  }
+  return total;
+}
+size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
+  size_t total = 0;
+  for (uint32_t i = 0; i < lay.node_sizes[n]; ++i) {
+    const uint32_t source = lay.rank_at[lay.node_offsets[n] + i];
+    for (size_t j = 0; j < m.count(); ++j) total += m.op.slots[j]->aux[2 * lay.size + source];
+  }
+  return total;
+}
+
 }  // namespace
 
 bool stage_in(CollectiveContext& ctx, Operation& op) {
@@ -210,6 +238,35 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
       }
       return false;
     }
+    case Collective::kAllgatherv: {
+      const uint64_t* counts = op.slots[0]->aux.data();
+      const std::vector<size_t> off = packed_offsets(lay, counts);
+      auto* staging = static_cast<uint8_t*>(acquire(ctx, op.staging, off.back() * s.elem));
+      for (size_t k = 0; k < m.count(); ++k) {
+        std::memcpy(staging + off[first + k] * s.elem, m.send(k),
+                    counts[lay.member_ranks[k]] * s.elem);
+      }
+      return false;
+    }
+    case Collective::kAlltoallv: {
+      // Pack by destination node n, then source member i, then destination j of n.
+      size_t total = 0;
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) total += alltoallv_to(m, lay, n);
+      auto* out = static_cast<uint8_t*>(acquire(ctx, op.staging, total * s.elem));
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        for (size_t i = 0; i < m.count(); ++i) {
+          const uint64_t* send_counts = op.slots[i]->aux.data();
+          const uint64_t* send_displs = send_counts + s.size;
+          for (uint32_t j = 0; j < lay.node_sizes[n]; ++j) {
+            const uint32_t dest = lay.rank_at[lay.node_offsets[n] + j];
+            const size_t bytes = send_counts[dest] * s.elem;
+            std::memcpy(out, m.send(i) + send_displs[dest] * s.elem, bytes);
+            out += bytes;
+          }
+        }
+      }
+      return false;
+    }
     default:
       return false;
   }
@@ -253,6 +310,34 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
       std::vector<int> rbytes = bytes;
       std::vector<int> rdispls = displs;
       void* recv = acquire(ctx, op.staging2, block * s.size * local);
+      return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
+                               std::move(rbytes), std::move(rdispls));
+    }
+    case Collective::kAllgatherv: {
+      const std::vector<size_t> off = packed_offsets(lay, op.slots[0]->aux.data());
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        const size_t begin = off[lay.node_offsets[n]];
+        const size_t end = off[lay.node_offsets[n] + lay.node_sizes[n]];
+        bytes.push_back(static_cast<int>((end - begin) * s.elem));
+        displs.push_back(static_cast<int>(begin * s.elem));
+      }
+      return t.start_allgatherv(nc, op.staging.data, std::move(bytes), std::move(displs));
+    }
+    case Collective::kAlltoallv: {
+      const Members m{ctx.job, lay, op};
+      std::vector<int> rbytes;
+      std::vector<int> rdispls;
+      int sent = 0;
+      int received = 0;
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        bytes.push_back(static_cast<int>(alltoallv_to(m, lay, n) * s.elem));
+        displs.push_back(sent);
+        sent += bytes.back();
+        rbytes.push_back(static_cast<int>(alltoallv_from(m, lay, n) * s.elem));
+        rdispls.push_back(received);
+        received += rbytes.back();
+      }
+      void* recv = acquire(ctx, op.staging2, static_cast<size_t>(received));
       return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
                                std::move(rbytes), std::move(rdispls));
     }
@@ -329,6 +414,38 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
           for (size_t j = 0; j < local; ++j) {
             if (m.alive(j))
               std::memcpy(m.recv(j) + source * block, run + (i * local + j) * block, block);
+          }
+        }
+      }
+      break;
+    }
+    case Collective::kAllgatherv: {
+      const uint64_t* counts = op.slots[0]->aux.data();
+      const std::vector<size_t> off = packed_offsets(lay, counts);
+      for (size_t k = 0; k < m.count(); ++k) {
+        if (!m.alive(k)) continue;
+        const uint64_t* displs = op.slots[k]->aux.data() + s.size;
+        for (uint32_t r = 0; r < s.size; ++r) {
+          copy_out(m.recv(k) + displs[r] * s.elem, staging + off[lay.position[r]] * s.elem,
+                   counts[r] * s.elem);
+        }
+      }
+      break;
+    }
+    case Collective::kAlltoallv: {
+      // From node n a run ordered [source i of n][destination j here]; on one node the packed
+      // buffer already is that run.
+      const uint8_t* in =
+          op.staging2.data != nullptr ? static_cast<const uint8_t*>(op.staging2.data) : staging;
+      for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
+        for (uint32_t i = 0; i < lay.node_sizes[n]; ++i) {
+          const uint32_t source = lay.rank_at[lay.node_offsets[n] + i];
+          for (size_t j = 0; j < m.count(); ++j) {
+            const uint64_t* recv_counts = op.slots[j]->aux.data() + 2 * s.size;
+            const uint64_t* recv_displs = recv_counts + s.size;
+            const size_t bytes = recv_counts[source] * s.elem;
+            if (m.alive(j)) copy_out(m.recv(j) + recv_displs[source] * s.elem, in, bytes);
+            in += bytes;
           }
         }
       }

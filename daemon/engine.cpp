@@ -93,9 +93,25 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   }
   ++expected;
   const uint32_t comm_rank = comm.layout().member_ranks[static_cast<size_t>(k)];
-  const ipc::Verdict verdict = ipc::validate_descriptor(
-      desc, ipc::ValidationLimits{member.segment().arena_bytes(), limits_.max_count,
-                                  comm.layout().size, comm_rank});
+  ipc::ValidationLimits limits{member.segment().arena_bytes(), limits_.max_count,
+                               comm.layout().size, comm_rank};
+  Submission submission{desc, now, {}};
+  ipc::Verdict verdict;
+  const uint64_t aux_entries =
+      desc.collective < static_cast<uint16_t>(proto::Collective::kCount)
+          ? proto::aux_entries(static_cast<proto::Collective>(desc.collective), comm.layout().size)
+          : 0;
+  if (aux_entries > 0) {
+    verdict = ipc::check_aux_range(desc, limits);
+    if (verdict.ok()) {
+      // Copied once: the client may rewrite its arena, the daemon works on this copy.
+      submission.aux.resize(aux_entries);
+      std::memcpy(submission.aux.data(), member.segment().arena() + desc.aux_offset,
+                  aux_entries * sizeof(uint64_t));
+      limits.aux = submission.aux.data();
+    }
+  }
+  if (verdict.ok()) verdict = ipc::validate_descriptor(desc, limits);
   if (!verdict.ok()) {
     // The other members cannot complete this sequence number without this rank, so the
     // communicator fails for all of them, naming the culprit.
@@ -111,9 +127,22 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                          comm.poison_reason()));
     return;
   }
-  Operation& op = comm.add(static_cast<uint32_t>(k), Submission{desc, now});
+  Operation& op = comm.add(static_cast<uint32_t>(k), submission);
   if (op.arrived < comm.local_size()) return;
-  if (const std::string diff = describe_disagreement(op, comm.layout()); !diff.empty()) {
+  std::string diff = describe_disagreement(op, comm.layout());
+  if (diff.empty() &&
+      static_cast<proto::Collective>(desc.collective) == proto::Collective::kAllgatherv) {
+    // Every rank must describe the same receive counts.
+    const size_t n = comm.layout().size;
+    for (size_t m = 1; m < op.slots.size() && diff.empty(); ++m) {
+      if (!std::equal(op.slots[m]->aux.begin(), op.slots[m]->aux.begin() + n,
+                      op.slots[0]->aux.begin())) {
+        diff = fmt::format("seq {}: rank {} and rank {} passed different allgatherv recv_counts",
+                           op.seq, comm.layout().member_ranks[0], comm.layout().member_ranks[m]);
+      }
+    }
+  }
+  if (!diff.empty()) {
     const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
     complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);

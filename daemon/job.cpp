@@ -40,7 +40,12 @@ namespace {
 bool agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
   if (a.collective != b.collective) return false;
   // A split's color and key (carried in root and count) differ by design.
-  if (static_cast<proto::Collective>(a.collective) == proto::Collective::kCommSplit) return true;
+  const auto c = static_cast<proto::Collective>(a.collective);
+  if (c == proto::Collective::kCommSplit) return true;
+  // Vector collectives' counts differ per rank; their arrays are compared by the engine.
+  if (c == proto::Collective::kAllgatherv || c == proto::Collective::kAlltoallv) {
+    return a.dtype == b.dtype;
+  }
   return a.dtype == b.dtype && a.redop == b.redop && a.count == b.count && a.root == b.root;
 }
 }  // namespace

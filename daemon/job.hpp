@@ -20,6 +20,7 @@ class ClientSession;
 struct Submission {
   proto::OpDescriptor desc;  // the daemon's validated private copy
   uint64_t submitted_ns = 0;
+  std::vector<uint64_t> aux;  // allgatherv/alltoallv: private copy of the count arrays
 };
 
 // One collective, identified by (communicator, seq), from first submission to delivery.

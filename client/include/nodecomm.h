@@ -190,6 +190,23 @@ nc_status_t nc_alltoall(nc_context_t* ctx, const void* send, void* recv, size_t 
                         nc_dtype_t dtype, nc_comm_t comm, const nc_op_attr_t* attr,
                         nc_request_t* req);
 
+/* Like nc_allgather with a count per rank: rank r contributes send_count == recv_counts[r]
+ * elements, which land at recv + displs[r] (elements) on every rank. recv_counts must be the
+ * same on every rank. Arrays have comm-size entries and are copied at the call. Not in place.
+ */
+nc_status_t nc_allgatherv(nc_context_t* ctx, const void* send, size_t send_count, void* recv,
+                          const size_t* recv_counts, const size_t* displs, nc_dtype_t dtype,
+                          nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req);
+
+/* Like nc_alltoall with counts per peer: send_counts[j] elements from send + send_displs[j]
+ * go to rank j, which receives them at recv + recv_displs[i] (recv_counts[i] elements; it must
+ * equal what rank i sends it). Arrays have comm-size entries and are copied at the call. Not
+ * in place. */
+nc_status_t nc_alltoallv(nc_context_t* ctx, const void* send, const size_t* send_counts,
+                         const size_t* send_displs, void* recv, const size_t* recv_counts,
+                         const size_t* recv_displs, nc_dtype_t dtype, nc_comm_t comm,
+                         const nc_op_attr_t* attr, nc_request_t* req);
+
 /* Completes on every rank once every rank of `comm` has posted it. */
 nc_status_t nc_barrier(nc_context_t* ctx, nc_comm_t comm, const nc_op_attr_t* attr,
                        nc_request_t* req);

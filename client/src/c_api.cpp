@@ -1,6 +1,8 @@
 // The C entry points: argument checks, then one call into Context. Errors land in a
 // thread-local message for nc_last_error().
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "context.hpp"
 #include "nodecomm.h"
@@ -192,6 +194,49 @@ nc_status_t nc_alltoall(nc_context_t* ctx, const void* send, void* recv, size_t 
                         nc_request_t* req) {
   return post(ctx, "nc_alltoall", proto::Collective::kAlltoall, send, recv, count, dtype, NC_SUM, 0,
               comm, attr, req);
+}
+
+namespace {
+nc_status_t post_vector(nc_context_t* ctx, const char* call, proto::Collective collective,
+                        const void* send, void* recv, size_t count, nc_dtype_t dtype,
+                        nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req,
+                        std::initializer_list<const size_t*> arrays) {
+  if (ctx == nullptr) return not_initialized(call);
+  int size = 0;
+  if (nc_status_t s = nc_comm_size(ctx, comm, &size); s != NC_OK) return s;
+  std::vector<uint64_t> aux;
+  for (const size_t* a : arrays) {
+    if (a == nullptr) {
+      t_last_error = std::string(call) + ": a count or displacement array is NULL";
+      return NC_ERR_INVALID_ARGUMENT;
+    }
+    aux.insert(aux.end(), a, a + size);
+  }
+  if (!valid_dtype(dtype)) {
+    t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype);
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  nodecomm::client::CollectiveArgs args{
+      collective,         send, recv, count, static_cast<proto::DType>(dtype),
+      proto::RedOp::kSum, comm, 0,    attr};
+  args.aux = aux.data();
+  return report(ctx->impl->post(args, req));
+}
+}  // namespace
+
+nc_status_t nc_allgatherv(nc_context_t* ctx, const void* send, size_t send_count, void* recv,
+                          const size_t* recv_counts, const size_t* displs, nc_dtype_t dtype,
+                          nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req) {
+  return post_vector(ctx, "nc_allgatherv", proto::Collective::kAllgatherv, send, recv, send_count,
+                     dtype, comm, attr, req, {recv_counts, displs});
+}
+
+nc_status_t nc_alltoallv(nc_context_t* ctx, const void* send, const size_t* send_counts,
+                         const size_t* send_displs, void* recv, const size_t* recv_counts,
+                         const size_t* recv_displs, nc_dtype_t dtype, nc_comm_t comm,
+                         const nc_op_attr_t* attr, nc_request_t* req) {
+  return post_vector(ctx, "nc_alltoallv", proto::Collective::kAlltoallv, send, recv, 0, dtype, comm,
+                     attr, req, {send_counts, send_displs, recv_counts, recv_displs});
 }
 
 nc_status_t nc_barrier(nc_context_t* ctx, nc_comm_t comm, const nc_op_attr_t* attr,

@@ -316,7 +316,17 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   }
   const uint32_t size = comm_it->second.size;
   const uint32_t rank = comm_it->second.rank;
-  const proto::BufferElems elems = proto::buffer_elems(a.collective, a.count, size, a.root == rank);
+  proto::BufferElems elems = proto::buffer_elems(a.collective, a.count, size, a.root == rank);
+  const uint64_t aux_entries = proto::aux_entries(a.collective, size);
+  if (aux_entries > 0) {
+    if (ipc::Verdict v =
+            ipc::vector_extents(a.collective, a.aux, size, rank, a.count, uint64_t{1} << 40, elems);
+        !v.ok()) {
+      return fail(static_cast<nc_status_t>(v.status),
+                  fmt::format("{} on comm {} (rank {}): {}", proto::collective_name(a.collective),
+                              a.comm, rank, v.message));
+    }
+  }
   const uint64_t send_bytes = elems.send * elem;
   const uint64_t recv_bytes = elems.recv * elem;
   Request r;
@@ -368,18 +378,34 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
       std::memcpy(segment_.arena() + *temp_send, a.send, send_bytes);
       r.temp_send = *temp_send;
     }
-    if (recv_bytes > 0) r.temp_recv = *temp_recv;
+    if (recv_bytes > 0) {
+      r.temp_recv = *temp_recv;
+      // Vector collectives write only their runs: keep the caller's bytes in the gaps.
+      if (aux_entries > 0) std::memcpy(segment_.arena() + *temp_recv, a.recv, recv_bytes);
+    }
     d.send_offset = *temp_send;
     d.recv_offset = *temp_recv;
     d.flags = 0;
     r.user_recv = a.recv;
     r.recv_bytes = recv_bytes;
   }
+  if (aux_entries > 0) {
+    const auto aux = arena_.allocate(aux_entries * sizeof(uint64_t), 64);
+    if (!aux) {
+      release_temporaries(r);
+      return fail(NC_ERR_NO_MEMORY,
+                  fmt::format("{}: no arena room for the count arrays", describe(r)));
+    }
+    std::memcpy(segment_.arena() + *aux, a.aux, aux_entries * sizeof(uint64_t));
+    r.temp_aux = *aux;
+    d.aux_offset = *aux;
+  }
   uint64_t& seq = next_seq_.try_emplace(a.comm, 1).first->second;
   d.seq = seq;
   r.seq = seq;
-  const ipc::Verdict verdict = ipc::validate_descriptor(
-      d, ipc::ValidationLimits{arena_.total(), uint64_t{1} << 40, size, rank});
+  ipc::ValidationLimits limits{arena_.total(), uint64_t{1} << 40, size, rank};
+  limits.aux = a.aux;
+  const ipc::Verdict verdict = ipc::validate_descriptor(d, limits);
   if (!verdict.ok()) {
     release_temporaries(r);
     return fail(static_cast<nc_status_t>(verdict.status),
@@ -412,6 +438,7 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
 void Context::release_temporaries(const Request& r) {
   if (r.temp_send != kNoBlock) arena_.release(r.temp_send);
   if (r.temp_recv != kNoBlock) arena_.release(r.temp_recv);
+  if (r.temp_aux != kNoBlock) arena_.release(r.temp_aux);
 }
 
 Result Context::drain_completions() {

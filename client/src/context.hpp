@@ -49,6 +49,7 @@ struct CollectiveArgs {
   uint32_t comm;
   uint32_t root;
   const nc_op_attr_t* attr;
+  const uint64_t* aux = nullptr;  // allgatherv/alltoallv count arrays (proto::aux_entries long)
 };
 
 class Context {
@@ -93,6 +94,7 @@ class Context {
     // Copy path: the daemon works on arena blocks; results go back to the caller's buffer.
     uint64_t temp_send = kNoBlock;
     uint64_t temp_recv = kNoBlock;
+    uint64_t temp_aux = kNoBlock;
     void* user_recv = nullptr;
     uint64_t recv_bytes = 0;
     // comm_split's answer.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace nodecomm::ipc {
 
 using proto::Status;
@@ -79,8 +81,20 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
         fmt::format("root {} is not a rank of the {}-rank communicator", d.root, limits.comm_size));
   }
   const uint64_t elem = proto::dtype_size(static_cast<proto::DType>(d.dtype));
-  const proto::BufferElems elems =
+  proto::BufferElems elems =
       proto::buffer_elems(collective, d.count, limits.comm_size, d.root == limits.comm_rank);
+  if (proto::aux_entries(collective, limits.comm_size) > 0) {
+    if (limits.aux == nullptr) return reject(Status::kInternal, "count arrays not read");
+    if ((d.flags & proto::kOpFlagInPlace) != 0) {
+      return reject(Status::kUnsupported,
+                    fmt::format("{} does not run in place", proto::collective_name(collective)));
+    }
+    if (Verdict v = vector_extents(collective, limits.aux, limits.comm_size, limits.comm_rank,
+                                   d.count, limits.max_count, elems);
+        !v.ok()) {
+      return v;
+    }
+  }
   // Cannot overflow: count <= 2^40, comm_size <= 2^20, elem <= 8.
   const uint64_t send_bytes = elems.send * elem;
   const uint64_t recv_bytes = elems.recv * elem;
@@ -111,6 +125,49 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
                   fmt::format("send [{}, +{}) and receive [{}, +{}) overlap without the in-place "
                               "flag",
                               d.send_offset, send_bytes, d.recv_offset, recv_bytes));
+  }
+  return {};
+}
+
+Verdict check_aux_range(const proto::OpDescriptor& d, const ValidationLimits& limits) {
+  const auto collective = static_cast<proto::Collective>(d.collective);
+  const uint64_t bytes = proto::aux_entries(collective, limits.comm_size) * sizeof(uint64_t);
+  if (d.aux_offset > limits.arena_bytes || bytes > limits.arena_bytes - d.aux_offset ||
+      d.aux_offset % sizeof(uint64_t) != 0) {
+    return reject(
+        Status::kOutOfRange,
+        fmt::format("{} count arrays [offset {}, +{} bytes) are outside the {}-byte "
+                    "arena or not 8-byte aligned",
+                    proto::collective_name(collective), d.aux_offset, bytes, limits.arena_bytes));
+  }
+  return {};
+}
+
+Verdict vector_extents(proto::Collective c, const uint64_t* aux, uint32_t size, uint32_t rank,
+                       uint64_t count, uint64_t max_count, proto::BufferElems& out) {
+  const uint64_t entries = proto::aux_entries(c, size);
+  for (uint64_t i = 0; i < entries; ++i) {
+    if (aux[i] > max_count) {
+      return reject(Status::kInvalidArgument,
+                    fmt::format("{} count array entry {} is {}, over the limit {}",
+                                proto::collective_name(c), i, aux[i], max_count));
+    }
+  }
+  // Each run [displ, displ + count) must fit; the extent is the furthest end.
+  auto extent = [&](const uint64_t* counts, const uint64_t* displs) {
+    uint64_t end = 0;
+    for (uint32_t r = 0; r < size; ++r) end = std::max(end, displs[r] + counts[r]);
+    return end;
+  };
+  if (c == proto::Collective::kAllgatherv) {
+    if (aux[rank] != count) {
+      return reject(Status::kInvalidArgument,
+                    fmt::format("allgatherv: send count {} but recv_counts[{}] is {}", count, rank,
+                                aux[rank]));
+    }
+    out = {count, extent(aux, aux + size)};
+  } else {
+    out = {extent(aux, aux + size), extent(aux + 2 * size, aux + 3 * size)};
   }
   return {};
 }

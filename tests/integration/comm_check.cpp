@@ -100,6 +100,65 @@ int check_comm(nc_context_t* ctx, nc_comm_t comm,
       bad++;
       printf("rank %d bcast\n", wr);
     }
+  // allgatherv: rank k contributes k % 3 elements (some contribute none), placed with gaps.
+  {
+    std::vector<size_t> counts(n), displs(n);
+    size_t at = 1;
+    for (int k = 0; k < n; ++k) {
+      counts[k] = static_cast<size_t>(k % 3);
+      displs[k] = at;
+      at += counts[k] + 2;
+    }
+    std::vector<int32_t> send(counts[rank] + 1), recv(at, -9);  // heap: the copy path
+    for (size_t i = 0; i < counts[rank]; ++i) send[i] = wr * 10 + static_cast<int>(i);
+    CK(nc_allgatherv(ctx, send.data(), counts[rank], recv.data(), counts.data(), displs.data(),
+                     NC_I32, comm, nullptr, &q));
+    CK(nc_wait(ctx, q));
+    for (int k = 0; k < n; ++k) {
+      for (size_t i = 0; i < counts[k]; ++i) {
+        if (recv[displs[k] + i] != members[k] * 10 + static_cast<int>(i)) {
+          bad++;
+          printf("rank %d allgatherv k %d i %zu got %d\n", wr, k, i, recv[displs[k] + i]);
+        }
+      }
+      if (recv[displs[k] + counts[k]] != -9) {
+        bad++;
+        printf("rank %d allgatherv wrote into a gap\n", wr);
+      }
+    }
+  }
+  // alltoallv: rank i sends (i + j) % 3 elements to rank j, in reverse order of peers.
+  {
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    size_t sat = 0, rat = 0;
+    for (int j = n - 1; j >= 0; --j) {
+      sc[j] = static_cast<size_t>((rank + j) % 3);
+      sd[j] = sat;
+      sat += sc[j];
+    }
+    for (int i = 0; i < n; ++i) {
+      rc[i] = static_cast<size_t>((i + rank) % 3);
+      rd[i] = rat;
+      rat += rc[i] + 1;
+    }
+    int32_t *vs, *vr;
+    CK(nc_alloc(ctx, (sat + 1) * 4, (void**)&vs));
+    CK(nc_alloc(ctx, (rat + 1) * 4, (void**)&vr));
+    for (int j = 0; j < n; ++j)
+      for (size_t i = 0; i < sc[j]; ++i)
+        vs[sd[j] + i] = wr * 1000 + members[j] * 10 + static_cast<int>(i);
+    CK(nc_alltoallv(ctx, vs, sc.data(), sd.data(), vr, rc.data(), rd.data(), NC_I32, comm, nullptr,
+                    &q));
+    CK(nc_wait(ctx, q));
+    for (int i = 0; i < n; ++i)
+      for (size_t e = 0; e < rc[i]; ++e)
+        if (vr[rd[i] + e] != members[i] * 1000 + wr * 10 + static_cast<int>(e)) {
+          bad++;
+          printf("rank %d alltoallv from %d [%zu] got %d\n", wr, i, e, vr[rd[i] + e]);
+        }
+    nc_free(ctx, vs);
+    nc_free(ctx, vr);
+  }
   nc_free(ctx, s);
   nc_free(ctx, r);
   return bad;

@@ -24,7 +24,17 @@ struct ValidationLimits {
   uint64_t max_count = uint64_t{1} << 40;
   uint32_t comm_size = 1;  // ranks in the descriptor's communicator
   uint32_t comm_rank = 0;  // the submitting rank's place in it
+  // allgatherv/alltoallv: the daemon's private copy of the count arrays (aux_entries long),
+  // taken after check_aux_range() passed.
+  const uint64_t* aux = nullptr;
 };
+
+// allgatherv/alltoallv: the count arrays at aux_offset lie inside the arena, 8-byte aligned.
+Verdict check_aux_range(const proto::OpDescriptor& d, const ValidationLimits& limits);
+// Elements a vector collective's buffers span on this rank, from its count arrays; rejects
+// entries over the count limit. `aux` has proto::aux_entries(c, size) entries.
+Verdict vector_extents(proto::Collective c, const uint64_t* aux, uint32_t size, uint32_t rank,
+                       uint64_t count, uint64_t max_count, proto::BufferElems& out);
 
 // Checks enums, flags, reserved fields, element count and root, and that the buffers the
 // collective uses on this rank lie inside the arena with natural alignment, without

@@ -22,7 +22,7 @@ namespace nodecomm::proto {
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
 inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr size_t kLineBytes = 128;
-inline constexpr size_t kTensorNameBytes = 48;
+inline constexpr size_t kTensorNameBytes = 40;
 inline constexpr size_t kCompletionMessageBytes = 200;
 
 // One single-writer monotonic position alone on its line.
@@ -50,7 +50,10 @@ inline constexpr uint32_t kNoComm = 0xffffffffu;
 
 // A client's request for one collective. For Collective::kCommSplit, `root` carries the color
 // (an int32 bit pattern; kUndefinedColor opts out) and `count` the key (an int64 bit
-// pattern); no buffers are used. The daemon copies it out of shared memory
+// pattern); no buffers are used. For kAllgatherv the arena at aux_offset holds uint64
+// recv_counts[size] then displs[size] (count is this rank's send count); for kAlltoallv it
+// holds send_counts, send_displs, recv_counts, recv_displs (size each). The daemon copies
+// it out of shared memory
 // before looking at any field and validates every field (see ipc/validate.hpp).
 struct OpDescriptor {
   uint64_t correlation_id;      // client-chosen, echoed in the completion
@@ -66,6 +69,7 @@ struct OpDescriptor {
   uint8_t redop;                // RedOp
   uint32_t flags;               // kOpFlag*
   uint32_t reserved;            // must be 0
+  uint64_t aux_offset;          // allgatherv/alltoallv: arena offset of their uint64 count arrays
   char name[kTensorNameBytes];  // diagnostics only, NUL-padded, need not be terminated
 };
 static_assert(std::is_standard_layout_v<OpDescriptor> &&
@@ -73,7 +77,8 @@ static_assert(std::is_standard_layout_v<OpDescriptor> &&
 static_assert(sizeof(OpDescriptor) == 112);
 static_assert(offsetof(OpDescriptor, comm_id) == 40);
 static_assert(offsetof(OpDescriptor, collective) == 52);
-static_assert(offsetof(OpDescriptor, name) == 64);
+static_assert(offsetof(OpDescriptor, aux_offset) == 64);
+static_assert(offsetof(OpDescriptor, name) == 72);
 
 // The daemon's answer to one OpDescriptor.
 struct Completion {

@@ -50,6 +50,8 @@ enum class Collective : uint16_t {
   kBarrier = 8,
   kCommSplit = 9,  // collective over the parent: creates the new communicators
   kCommFree = 10,  // collective over the communicator: releases it
+  kAllgatherv = 11,
+  kAlltoallv = 12,
   kCount
 };
 
@@ -140,6 +142,10 @@ constexpr std::string_view collective_name(Collective c) {
       return "comm_split";
     case Collective::kCommFree:
       return "comm_free";
+    case Collective::kAllgatherv:
+      return "allgatherv";
+    case Collective::kAlltoallv:
+      return "alltoallv";
     default:
       return "?collective";
   }
@@ -152,6 +158,11 @@ constexpr bool collective_reduces(Collective c) {
 constexpr bool collective_has_root(Collective c) {
   return c == Collective::kReduce || c == Collective::kBroadcast || c == Collective::kGather ||
          c == Collective::kScatter;
+}
+
+// uint64 entries of the count arrays a vector collective keeps at aux_offset.
+constexpr uint64_t aux_entries(Collective c, uint64_t size) {
+  return c == Collective::kAllgatherv ? 2 * size : c == Collective::kAlltoallv ? 4 * size : 0;
 }
 
 // Elements of the send and receive buffers one rank uses for a collective of `count` (the
