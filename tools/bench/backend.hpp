@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "collectives.hpp"
 #include "nodecomm.h"
 
 namespace nodecomm::bench {
@@ -22,10 +23,26 @@ class BackendError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Why a backend cannot run a dtype/op combination at all, and the exit code that implies.
+// Why a backend cannot run a collective/dtype/op combination at all, and the exit code that
+// implies.
 struct Rejection {
   std::string why;
   int exit_code;
+};
+
+// One collective call with nccl-tests' buffer conventions (collectives.hpp): every rank passes
+// both buffers, even those the collective does not use there. `inplace` tells a backend whose
+// API spells in place differently (MPI_IN_PLACE) which form is meant; the pointers already
+// follow nodecomm.h's in-place aliasing.
+struct Call {
+  Collective collective = Collective::kAllreduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // the count argument (Shape::count)
+  nc_dtype_t dtype = NC_F32;
+  nc_redop_t op = NC_SUM;  // reducing collectives only
+  int root = 0;            // rooted collectives only
+  bool inplace = false;
 };
 
 class Backend {
@@ -44,16 +61,19 @@ class Backend {
 
   // A combination this backend cannot run. Decided from the flags alone, hence identically on
   // every rank, so all ranks can stop cleanly without talking to each other.
-  virtual std::optional<Rejection> reject(nc_dtype_t dtype, nc_redop_t op) const = 0;
+  virtual std::optional<Rejection> reject(Collective collective, nc_dtype_t dtype,
+                                          nc_redop_t op) const = 0;
 
-  // Memory the backend's allreduce accepts as send and receive buffer. Throws BackendError.
+  // Memory the backend's collectives accept as send and receive buffer. Throws BackendError.
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* ptr) noexcept = 0;
 
-  // One complete allreduce over all ranks (post and wait); send == recv means in place.
-  // Throws BackendError.
-  virtual void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype,
-                         nc_redop_t op) = 0;
+  // One complete collective over all ranks (post and wait). Throws BackendError.
+  virtual void run(const Call& call) = 0;
+  // Shorthand for the benchmark's own bookkeeping; send == recv means in place.
+  void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op) {
+    run({Collective::kAllreduce, send, recv, count, dtype, op, 0, send == recv});
+  }
   // Returns once every rank has called it (as closely as the backend allows).
   virtual void sync() = 0;
 

@@ -1,5 +1,6 @@
-// The MPI backend: MPI_Allreduce among all ranks of an `mpirun`, as the baseline nodecomm is
-// compared with. This is the only file that includes mpi.h.
+// The MPI backend: MPI's own collectives among all ranks of an `mpirun`, as the baseline
+// nodecomm is compared with and the ground truth its results are checked against. This is
+// the only file that includes mpi.h.
 // Only the C API: Open MPI's and MPICH's mpi.h otherwise pull in the deprecated C++
 // bindings when compiled as C++, which need libmpi_cxx (MPI::MPI_C does not provide it).
 #define OMPI_SKIP_MPICXX 1
@@ -7,10 +8,14 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <array>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend.hpp"
+#include "check.hpp"
 
 namespace nodecomm::bench {
 namespace {
@@ -19,7 +24,12 @@ bool is_integer(nc_dtype_t dtype) {
   return dtype == NC_I32 || dtype == NC_I64 || dtype == NC_I8 || dtype == NC_U8;
 }
 
-// MPI_DATATYPE_NULL for types MPI cannot reduce (it has no 16-bit floating-point type).
+bool is_half(nc_dtype_t dtype) {
+  return dtype == NC_F16 || dtype == NC_BF16;
+}
+
+// The MPI type of a dtype. MPI has no 16-bit floating-point type: f16 and bf16 travel as
+// MPI_UINT16_T, and reductions on them use the operations of HalfOps.
 MPI_Datatype mpi_type(nc_dtype_t dtype) {
   switch (dtype) {
     case NC_F32:
@@ -34,9 +44,11 @@ MPI_Datatype mpi_type(nc_dtype_t dtype) {
       return MPI_INT8_T;
     case NC_U8:
       return MPI_UINT8_T;
-    default:
-      return MPI_DATATYPE_NULL;
+    case NC_F16:
+    case NC_BF16:
+      return MPI_UINT16_T;
   }
+  return MPI_DATATYPE_NULL;
 }
 
 MPI_Op mpi_op(nc_redop_t op) {
@@ -60,6 +72,46 @@ void divide(void* data, size_t count, int n) {
   T* p = static_cast<T*>(data);
   const T divisor = static_cast<T>(n);
   for (size_t i = 0; i < count; ++i) p[i] /= divisor;
+}
+
+// 16-bit floats: widened to float, combined and rounded back, element by element. That rounds
+// at every step where nodecomm rounds once, which makes no difference for the benchmark's
+// exact patterns (check.hpp) and is as close as MPI gets.
+template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t), nc_redop_t Op>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = Widen(a[i]);
+    const float y = Widen(b[i]);
+    float r = 0;
+    if constexpr (Op == NC_SUM || Op == NC_AVG) r = x + y;
+    if constexpr (Op == NC_PROD) r = x * y;
+    if constexpr (Op == NC_MIN) r = x < y ? x : y;
+    if constexpr (Op == NC_MAX) r = x > y ? x : y;
+    b[i] = Narrow(r);
+  }
+}
+
+template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t)>
+void divide_half(void* data, size_t count, int n) {
+  uint16_t* p = static_cast<uint16_t*>(data);
+  for (size_t i = 0; i < count; ++i) p[i] = Narrow(Widen(p[i]) / static_cast<float>(n));
+}
+
+void divide_average(void* data, size_t count, nc_dtype_t dtype, int n) {
+  switch (dtype) {
+    case NC_F32:
+      return divide<float>(data, count, n);
+    case NC_F64:
+      return divide<double>(data, count, n);
+    case NC_F16:
+      return divide_half<f32_to_f16, f16_to_f32>(data, count, n);
+    case NC_BF16:
+      return divide_half<f32_to_bf16, bf16_to_f32>(data, count, n);
+    default:
+      return;  // rejected up front (reject())
+  }
 }
 
 std::string mpi_error(const char* call, int code) {
@@ -109,16 +161,11 @@ class MpiBackend final : public Backend {
   int local_size() const override { return local_size_; }
   std::string buffer_kind() const override { return "malloc"; }
 
-  std::optional<Rejection> reject(nc_dtype_t dtype, nc_redop_t op) const override {
-    if (mpi_type(dtype) == MPI_DATATYPE_NULL) {
-      return Rejection{fmt::format("--dtype {} is not supported by --backend mpi (MPI has no "
-                                   "16-bit floating-point type); use f32 f64 i32 i64 i8 or u8",
-                                   nc_dtype_name(dtype) ? nc_dtype_name(dtype) : "?"),
-                       2};
-    }
+  std::optional<Rejection> reject(Collective collective, nc_dtype_t dtype,
+                                  nc_redop_t op) const override {
     // Mirrors nodecomm, which rejects avg on integers with NC_ERR_INVALID_ARGUMENT (an
     // integer average would have to pick a rounding), so both backends fail alike.
-    if (op == NC_AVG && is_integer(dtype)) {
+    if (is_reducing(collective) && op == NC_AVG && is_integer(dtype)) {
       return Rejection{fmt::format("--redop avg is only defined for floating-point types, not "
                                    "{} (nodecomm rejects it too)",
                                    nc_dtype_name(dtype)),
@@ -137,22 +184,76 @@ class MpiBackend final : public Backend {
 
   void free(void* ptr) noexcept override { std::free(ptr); }
 
-  void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype,
-                 nc_redop_t op) override {
-    const MPI_Datatype type = mpi_type(dtype);
-    if (type == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) {
-      throw BackendError(fmt::format("MPI_Allreduce: unsupported dtype {} / op {}",
-                                     static_cast<int>(dtype), static_cast<int>(op)));
+  void run(const Call& c) override {
+    const std::string_view name = collective_name(c.collective);
+    const MPI_Datatype type = mpi_type(c.dtype);
+    if (type == MPI_DATATYPE_NULL) {
+      throw BackendError(fmt::format("{}: unsupported dtype {}", name, static_cast<int>(c.dtype)));
     }
-    if (count > static_cast<size_t>(INT32_MAX)) {
-      throw BackendError(fmt::format("MPI_Allreduce: {} elements exceed MPI's int count", count));
+    if (c.count > static_cast<size_t>(INT32_MAX)) {
+      throw BackendError(fmt::format("{}: {} elements exceed MPI's int count", name, c.count));
     }
-    check_mpi("MPI_Allreduce",
-              MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), type,
-                            mpi_op(op), MPI_COMM_WORLD));
-    if (op == NC_AVG) {
-      if (dtype == NC_F32) divide<float>(recv, count, size_);
-      if (dtype == NC_F64) divide<double>(recv, count, size_);
+    const int n = static_cast<int>(c.count);
+    const size_t bytes = c.count * dtype_bytes(c.dtype);
+    const bool root = rank_ == c.root;
+    MPI_Op op = MPI_OP_NULL;
+    if (is_reducing(c.collective)) op = reduction(c.dtype, c.op);
+    switch (c.collective) {
+      case Collective::kAllreduce:
+        check_mpi("MPI_Allreduce", MPI_Allreduce(c.inplace ? MPI_IN_PLACE : c.send, c.recv, n, type,
+                                                 op, MPI_COMM_WORLD));
+        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, size_);
+        break;
+      case Collective::kReduce:
+        // In place at the root only; elsewhere MPI ignores the receive buffer.
+        check_mpi("MPI_Reduce", MPI_Reduce(c.inplace && root ? MPI_IN_PLACE : c.send,
+                                           c.inplace && !root ? nullptr : c.recv, n, type, op,
+                                           c.root, MPI_COMM_WORLD));
+        if (c.op == NC_AVG && root) divide_average(c.recv, c.count, c.dtype, size_);
+        break;
+      case Collective::kBroadcast:
+        // MPI broadcasts one buffer: out of place, the root first copies send into recv.
+        if (root && c.send != c.recv) std::memcpy(c.recv, c.send, bytes);
+        check_mpi("MPI_Bcast", MPI_Bcast(c.recv, n, type, c.root, MPI_COMM_WORLD));
+        break;
+      case Collective::kReduceScatter:
+        if (c.inplace) {
+          // MPI_IN_PLACE here would leave the result at the start of the buffer and overwrite
+          // block 0 of the input, where NCCL leaves it at block `rank` and the input alone; a
+          // scratch block keeps NCCL's layout.
+          scratch_.resize(bytes);
+          check_mpi("MPI_Reduce_scatter_block",
+                    MPI_Reduce_scatter_block(c.send, scratch_.data(), n, type, op, MPI_COMM_WORLD));
+          std::memcpy(c.recv, scratch_.data(), bytes);
+        } else {
+          check_mpi("MPI_Reduce_scatter_block",
+                    MPI_Reduce_scatter_block(c.send, c.recv, n, type, op, MPI_COMM_WORLD));
+        }
+        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, size_);
+        break;
+      case Collective::kAllgather:
+        // In place, MPI takes each rank's contribution from its own block of recv, as NCCL.
+        check_mpi("MPI_Allgather",
+                  c.inplace ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c.recv, n, type,
+                                            MPI_COMM_WORLD)
+                            : MPI_Allgather(c.send, n, type, c.recv, n, type, MPI_COMM_WORLD));
+        break;
+      case Collective::kGather:
+        check_mpi("MPI_Gather", MPI_Gather(c.inplace && root ? MPI_IN_PLACE : c.send, n, type,
+                                           c.inplace && !root ? nullptr : c.recv, n, type, c.root,
+                                           MPI_COMM_WORLD));
+        break;
+      case Collective::kScatter:
+        check_mpi("MPI_Scatter", MPI_Scatter(c.inplace && !root ? nullptr : c.send, n, type,
+                                             c.inplace && root ? MPI_IN_PLACE : c.recv, n, type,
+                                             c.root, MPI_COMM_WORLD));
+        break;
+      case Collective::kAlltoall:
+        check_mpi("MPI_Alltoall", MPI_Alltoall(c.send, n, type, c.recv, n, type, MPI_COMM_WORLD));
+        break;
+      case Collective::kBarrier:
+        check_mpi("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+        break;
     }
   }
 
@@ -163,15 +264,51 @@ class MpiBackend final : public Backend {
     initialized_ = false;
     // A rank that stops after a failure would leave the others in their next collective.
     if (!ok && size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (MPI_Op& op : half_ops_) {
+      if (op != MPI_OP_NULL) MPI_Op_free(&op);
+    }
     MPI_Finalize();
   }
 
  private:
+  // MPI's operation for a redop on a dtype; for f16/bf16 one of ours, created on first use.
+  MPI_Op reduction(nc_dtype_t dtype, nc_redop_t op) {
+    if (!is_half(dtype)) return mpi_op(op);
+    const int which = (dtype == NC_BF16 ? 5 : 0) + static_cast<int>(op);
+    MPI_Op& slot = half_ops_.at(static_cast<size_t>(which));
+    if (slot == MPI_OP_NULL) {
+      MPI_User_function* fn = dtype == NC_F16 ? half_function<f32_to_f16, f16_to_f32>(op)
+                                              : half_function<f32_to_bf16, bf16_to_f32>(op);
+      check_mpi("MPI_Op_create", MPI_Op_create(fn, /*commute=*/1, &slot));
+    }
+    return slot;
+  }
+
+  template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t)>
+  static MPI_User_function* half_function(nc_redop_t op) {
+    switch (op) {
+      case NC_SUM:
+      case NC_AVG:  // divided afterwards, like the other types
+        return &half_op<Narrow, Widen, NC_SUM>;
+      case NC_PROD:
+        return &half_op<Narrow, Widen, NC_PROD>;
+      case NC_MIN:
+        return &half_op<Narrow, Widen, NC_MIN>;
+      case NC_MAX:
+        return &half_op<Narrow, Widen, NC_MAX>;
+    }
+    throw BackendError(fmt::format("no MPI operation for redop {}", static_cast<int>(op)));
+  }
+
   bool initialized_ = false;
   int rank_ = 0;
   int size_ = 1;
   int nodes_ = 1;
   int local_size_ = 1;
+  std::array<MPI_Op, 10> half_ops_ = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                                      MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
+                                      MPI_OP_NULL, MPI_OP_NULL};  // [f16|bf16][redop]
+  std::vector<unsigned char> scratch_;                            // in-place reduce_scatter
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The nodecomm backend: the daemon runs the collective; this process only posts and waits.
+// The nodecomm backend: the daemon runs the collectives; this process only posts and waits.
 // Uses the C API directly because the C++ wrapper is typed (float/double/int32/int64 only)
 // and the benchmark must drive every dtype through untyped buffers.
 #include <fmt/format.h>
@@ -52,7 +52,9 @@ class NodecommBackend final : public Backend {
 
   // The library is the authority on which combinations are valid (avg on integers, for
   // instance, is its NC_ERR_INVALID_ARGUMENT to report), so nothing is rejected up front.
-  std::optional<Rejection> reject(nc_dtype_t, nc_redop_t) const override { return std::nullopt; }
+  std::optional<Rejection> reject(Collective, nc_dtype_t, nc_redop_t) const override {
+    return std::nullopt;
+  }
 
   void* alloc(size_t bytes) override {
     if (!use_arena_) {
@@ -82,16 +84,56 @@ class NodecommBackend final : public Backend {
     }
   }
 
-  void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype,
-                 nc_redop_t op) override {
+  void run(const Call& c) override {
     nc_request_t req = 0;
-    if (const nc_status_t s =
-            nc_allreduce(ctx_, send, recv, count, dtype, op, NC_COMM_WORLD, nullptr, &req);
-        s != NC_OK) {
-      throw BackendError(describe("nc_allreduce", s));
+    nc_status_t s = NC_OK;
+    const char* call = "?";
+    switch (c.collective) {
+      case Collective::kAllreduce:
+        call = "nc_allreduce";
+        s = nc_allreduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, NC_COMM_WORLD, nullptr,
+                         &req);
+        break;
+      case Collective::kReduce:
+        call = "nc_reduce";
+        s = nc_reduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, c.root, NC_COMM_WORLD, nullptr,
+                      &req);
+        break;
+      case Collective::kBroadcast:
+        call = "nc_broadcast";
+        s = nc_broadcast(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr,
+                         &req);
+        break;
+      case Collective::kReduceScatter:
+        call = "nc_reduce_scatter";
+        s = nc_reduce_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.op, NC_COMM_WORLD, nullptr,
+                              &req);
+        break;
+      case Collective::kAllgather:
+        call = "nc_allgather";
+        s = nc_allgather(ctx_, c.send, c.recv, c.count, c.dtype, NC_COMM_WORLD, nullptr, &req);
+        break;
+      case Collective::kGather:
+        call = "nc_gather";
+        s = nc_gather(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr, &req);
+        break;
+      case Collective::kScatter:
+        call = "nc_scatter";
+        s = nc_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr,
+                       &req);
+        break;
+      case Collective::kAlltoall:
+        call = "nc_alltoall";
+        s = nc_alltoall(ctx_, c.send, c.recv, c.count, c.dtype, NC_COMM_WORLD, nullptr, &req);
+        break;
+      case Collective::kBarrier:
+        call = "nc_barrier";
+        s = nc_barrier(ctx_, NC_COMM_WORLD, nullptr, &req);
+        break;
     }
-    if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
-      throw BackendError(describe("nc_wait", s));
+    if (s != NC_OK) throw BackendError(describe(call, s));
+    if (s = nc_wait(ctx_, req); s != NC_OK) {
+      throw BackendError(describe(fmt::format("nc_wait ({})", call).c_str(), s));
     }
   }
 

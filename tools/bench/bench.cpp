@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "check.hpp"
+#include "collectives.hpp"
 #include "report.hpp"
 
 namespace nodecomm::bench {
@@ -126,11 +127,20 @@ class Runner {
         rank_(backend.world_rank()),
         size_(backend.world_size()),
         buffers_(backend),
+        op_name_(collective_name(config.collective)),
         dtype_name_(nc_dtype_name(config.dtype) ? nc_dtype_name(config.dtype) : "?"),
         redop_name_(nc_redop_name(config.redop) ? nc_redop_name(config.redop) : "?") {}
 
   int run() {
-    if (auto rejection = backend_.reject(config_.dtype, config_.redop)) {
+    if (has_root(config_.collective) && config_.root >= size_) {
+      // Only now is the world size known; every rank sees the same, so all stop alike.
+      if (rank_ == 0) {
+        fmt::print(stderr, "nodecomm-bench: error: --root {} is not a rank of this run (0..{})\n",
+                   config_.root, size_ - 1);
+      }
+      return 2;
+    }
+    if (auto rejection = backend_.reject(config_.collective, config_.dtype, config_.redop)) {
       if (rank_ == 0) fmt::print(stderr, "nodecomm-bench: error: {}\n", rejection->why);
       return rejection->exit_code;
     }
@@ -144,8 +154,8 @@ class Runner {
       report->header();
     }
     uint64_t total_wrong = 0;
-    for (size_t bytes : config_.sizes) {
-      const Row row = measure(bytes);
+    for (const Shape& shape : shapes()) {
+      const Row row = measure(shape);
       total_wrong += row.wrong.value_or(0);
       if (report) report->row(row);
     }
@@ -171,14 +181,40 @@ class Runner {
   }
 
  private:
+  // One row per requested size, in nccl-tests' shape for it; barrier has no size.
+  std::vector<Shape> shapes() const {
+    if (!has_buffers(config_.collective)) return {shape_of(config_.collective, 0, size_)};
+    std::vector<Shape> out;
+    for (size_t bytes : config_.sizes) {
+      out.push_back(shape_for_bytes(config_.collective, bytes, dtype_bytes(config_.dtype), size_));
+    }
+    return out;
+  }
+
+  bool inplace() const { return config_.inplace && supports_inplace(config_.collective); }
+
   // Allocations and the JSON file can fail on one rank alone; the ranks agree on the outcome
   // so that all of them stop cleanly instead of some waiting in a collective forever.
   bool setup() {
     double failed = 0;
     try {
-      const size_t max_bytes = *std::max_element(config_.sizes.begin(), config_.sizes.end());
-      send_ = buffers_.alloc(max_bytes);
-      recv_ = config_.inplace ? send_ : buffers_.alloc(max_bytes);
+      if (has_buffers(config_.collective)) {
+        const size_t element = dtype_bytes(config_.dtype);
+        size_t send_bytes = 0;
+        size_t recv_bytes = 0;
+        size_t inplace_bytes = 0;
+        for (const Shape& s : shapes()) {
+          send_bytes = std::max(send_bytes, s.send_elems * element);
+          recv_bytes = std::max(recv_bytes, s.recv_elems * element);
+          inplace_bytes = std::max(inplace_bytes, s.inplace_elems * element);
+        }
+        if (inplace()) {
+          send_ = recv_ = buffers_.alloc(inplace_bytes);
+        } else {
+          send_ = buffers_.alloc(send_bytes);
+          recv_ = buffers_.alloc(recv_bytes);
+        }
+      }
       if (rank_ == 0 && !config_.json_path.empty()) {
         json_.open(config_.json_path, std::ios::out | std::ios::trunc);
         if (!json_) {
@@ -203,17 +239,21 @@ class Runner {
 
   RunInfo run_info() const {
     RunInfo info;
-    info.op = config_.op;
+    info.op = std::string(op_name_);
+    info.collective = config_.collective;
+    info.root = has_root(config_.collective) ? config_.root : -1;
     info.backend = std::string(backend_.name());
     info.world_size = size_;
     info.nodes = backend_.node_count();
     info.ranks_per_node = backend_.local_size();
     info.iters = config_.iters;
     info.warmup = config_.warmup;
-    info.inplace = config_.inplace;
+    info.inplace = inplace();
     info.check = config_.check;
     info.buffers = backend_.buffer_kind();
-    for (size_t bytes : config_.sizes) {
+    const size_t element = dtype_bytes(config_.dtype);
+    for (const Shape& s : shapes()) {
+      const size_t bytes = reported_bytes(s, element);
       if (iterations(config_.iters, config_.iters_explicit, bytes, kTimedBudget) < config_.iters ||
           iterations(config_.warmup, config_.warmup_explicit, bytes, kWarmupBudget) <
               config_.warmup) {
@@ -226,39 +266,50 @@ class Runner {
     return info;
   }
 
-  Row measure(size_t bytes) {
-    const size_t count = bytes / dtype_bytes(config_.dtype);
+  Row measure(const Shape& shape) {
+    const bool buffers = has_buffers(config_.collective);
+    const bool reducing = is_reducing(config_.collective);
+    const size_t element = dtype_bytes(config_.dtype);
+    const size_t bytes = reported_bytes(shape, element);
     const int iters = iterations(config_.iters, config_.iters_explicit, bytes, kTimedBudget);
     const int warmup = iterations(config_.warmup, config_.warmup_explicit, bytes, kWarmupBudget);
-    const Pattern pattern(config_.dtype, config_.redop, size_);
+    Call call{config_.collective, send_,         recv_,        shape.count,
+              config_.dtype,      config_.redop, config_.root, inplace()};
     // Where a failure happened, kept in plain variables so the timed loop builds no strings.
     const char* phase = "setup";
     int index = 0;
     int total = 0;
     double local[2] = {0, 0};  // mean time per iteration (us), wrong elements
     try {
-      // Always filled, so that timed runs reduce defined data.
-      pattern.fill(rank_, send_, count);
-      if (config_.check) {
+      if (buffers) {
+        const CollectiveCase reference(config_.collective, config_.dtype, config_.redop, size_,
+                                       config_.root, shape.count);
+        if (inplace()) {
+          const CallBuffers b = reference.inplace_buffers(send_, rank_);
+          call.send = b.send;
+          call.recv = b.recv;
+        }
+        // Always filled, so that timed runs move defined data; refilled before the check run.
+        prepare(reference);
+        if (config_.check) {
+          phase = "check run";
+          backend_.run(call);
+          local[1] = static_cast<double>(check(reference, bytes));
+        }
+      } else if (config_.check) {
         phase = "check run";
-        if (!config_.inplace) poison(recv_, bytes);
-        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
-        local[1] = static_cast<double>(check(pattern, bytes, count));
+        backend_.run(call);  // a barrier has nothing to compare; completing is the check
       }
       phase = "warmup iteration";
       total = warmup;
-      for (index = 0; index < warmup; ++index) {
-        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
-      }
+      for (index = 0; index < warmup; ++index) backend_.run(call);
       phase = "sync before timing";
       index = total = 0;
       backend_.sync();
       phase = "timed iteration";
       total = iters;
       const auto start = std::chrono::steady_clock::now();
-      for (index = 0; index < iters; ++index) {
-        backend_.allreduce(send_, recv_, count, config_.dtype, config_.redop);
-      }
+      for (index = 0; index < iters; ++index) backend_.run(call);
       const std::chrono::duration<double, std::micro> elapsed =
           std::chrono::steady_clock::now() - start;
       local[0] = elapsed.count() / iters;
@@ -268,36 +319,54 @@ class Runner {
     } catch (const std::exception& e) {
       const std::string at =
           total > 0 ? fmt::format("{} {} of {}", phase, index + 1, total) : std::string(phase);
-      throw std::runtime_error(fmt::format("allreduce of {} bytes ({} x {} {}), {}: {}", bytes,
-                                           count, dtype_name_, redop_name_, at, e.what()));
+      throw std::runtime_error(fmt::format("{} of {} bytes ({}), {}: {}", op_name_, bytes,
+                                           describe(shape.count), at, e.what()));
     }
     Row row;
     row.bytes = bytes;
-    row.count = count;
-    row.type = dtype_name_;
-    row.redop = redop_name_;
+    row.count = shape.count;
+    row.type = buffers ? dtype_name_ : "none";
+    row.redop = reducing ? redop_name_ : "none";
     row.time_us = local[0] / size_;
-    if (config_.check) row.wrong = static_cast<uint64_t>(local[1]);
+    if (config_.check && buffers) row.wrong = static_cast<uint64_t>(local[1]);
     row.iters = iters;
     return row;
   }
 
+  // "count 1024 x f32 sum, root 0", for messages.
+  std::string describe(size_t count) const {
+    std::string out = fmt::format("count {} x {}", count, dtype_name_);
+    if (is_reducing(config_.collective)) out += fmt::format(" {}", redop_name_);
+    if (has_root(config_.collective)) out += fmt::format(", root {}", config_.root);
+    return out;
+  }
+
+  void prepare(const CollectiveCase& reference) {
+    if (inplace()) {
+      reference.prepare_inplace(rank_, send_);
+    } else {
+      reference.prepare(rank_, send_, recv_);
+    }
+  }
+
   // This rank's wrong elements after the check run; reports the first few on stderr.
-  uint64_t check(const Pattern& pattern, size_t bytes, size_t count) {
-    if (!reference_defined(config_.dtype, config_.redop)) {
-      throw std::runtime_error(fmt::format(
-          "the allreduce succeeded, but {} on {} has no defined result; nodecomm should have "
-          "rejected it with NC_ERR_INVALID_ARGUMENT",
-          redop_name_, dtype_name_));
+  uint64_t check(const CollectiveCase& reference, size_t bytes) {
+    if (!reference.defined()) {
+      throw std::runtime_error(
+          fmt::format("the {} succeeded, but {} on {} has no defined result; nodecomm should have "
+                      "rejected it with NC_ERR_INVALID_ARGUMENT",
+                      op_name_, redop_name_, dtype_name_));
     }
     std::vector<Mismatch> shown;
     const size_t room = kMismatchLines - std::min(kMismatchLines, mismatch_lines_);
-    const uint64_t wrong = verify(pattern, recv_, count, &shown, room);
+    const uint64_t wrong = inplace() ? reference.verify_inplace(rank_, send_, &shown, room)
+                                     : reference.verify(rank_, send_, recv_, &shown, room);
     for (const Mismatch& m : shown) {
       fmt::print(stderr,
-                 "nodecomm-bench: rank {}: wrong result at size {} ({} x {} {}): element {}: got "
-                 "{}, expected {}\n",
-                 rank_, bytes, count, dtype_name_, redop_name_, m.index, m.got, m.expected);
+                 "nodecomm-bench: rank {}: wrong result of {} at size {} ({}{}): {} element {}: "
+                 "got {}, expected {}\n",
+                 rank_, op_name_, bytes, describe(reference.shape().count),
+                 inplace() ? ", in place" : "", m.buffer, m.index, m.got, m.expected);
     }
     mismatch_lines_ += shown.size();
     hidden_mismatches_ += wrong - shown.size();
@@ -309,10 +378,11 @@ class Runner {
   const int rank_;
   const int size_;
   Buffers buffers_;
+  const std::string_view op_name_;
   const std::string dtype_name_;
   const std::string redop_name_;
   double* scratch_ = nullptr;
-  void* send_ = nullptr;
+  void* send_ = nullptr;  // in place: the one buffer (recv_ == send_)
   void* recv_ = nullptr;
   std::ofstream json_;
   size_t mismatch_lines_ = 0;
@@ -322,7 +392,8 @@ class Runner {
 }  // namespace
 
 int run(Backend& backend, const Config& config) {
-  if (config.sizes.empty()) throw std::invalid_argument("no sizes to run");
+  if (config.sizes.empty() && has_buffers(config.collective))
+    throw std::invalid_argument("no sizes to run");
   Runner runner(backend, config);
   return runner.run();
 }

@@ -9,15 +9,19 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "collectives.hpp"
 #include "nodecomm.h"
 
 namespace nodecomm::bench {
 
 struct Config {
-  std::string op = "allreduce";
+  Collective collective = Collective::kAllreduce;
   nc_dtype_t dtype = NC_F32;
-  nc_redop_t redop = NC_SUM;
-  std::vector<size_t> sizes;  // bytes, each a positive multiple of the element size
+  nc_redop_t redop = NC_SUM;  // reducing collectives only
+  int root = 0;               // rooted collectives only; checked against the world size in run()
+  // Requested bytes, each a positive multiple of the element size; each becomes one row with
+  // nccl-tests' shape for it (shape_for_bytes). Barrier runs one row of size 0 regardless.
+  std::vector<size_t> sizes;
   int iters = 20;
   int warmup = 5;
   // Explicit counts are used as given; defaults shrink for very large sizes (iterations()).
@@ -41,7 +45,8 @@ std::vector<size_t> rounded_sizes(const std::vector<uint64_t>& bytes, size_t ele
 
 // The arena the nodecomm backend requests: room for a send and a receive buffer of the
 // largest size plus 1 MiB of slack, rounded up to a page; 0 (the default, 64 MiB) when that
-// is enough.
+// is enough. (No collective's buffer exceeds its reported size, so this covers them all; a
+// size below one element per rank grows to that, which the slack absorbs.)
 uint64_t arena_bytes_for(size_t max_bytes);
 
 // Default iteration counts are capped by the data they move per size (2 GiB timed, 512 MiB
@@ -51,9 +56,9 @@ inline constexpr uint64_t kTimedBudget = 2ull << 30;
 inline constexpr uint64_t kWarmupBudget = 512ull << 20;
 
 // Runs the benchmark and returns the exit code: 0, 1 when results were wrong or setup failed
-// on some rank, or a Rejection's code. Those outcomes are known to every rank alike, so the
-// backend may be finalized normally. Throws (BackendError, std::runtime_error) when this rank
-// failed on its own, with the size and iteration in the message.
+// on some rank, 2 for a root outside the world, or a Rejection's code. Those outcomes are known to
+// every rank alike, so the backend may be finalized normally. Throws (BackendError,
+// std::runtime_error) when this rank failed on its own, with the size and iteration in the message.
 int run(Backend& backend, const Config& config);
 
 }  // namespace nodecomm::bench

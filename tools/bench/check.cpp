@@ -225,6 +225,13 @@ std::string format_value(T v) {
 
 }  // namespace
 
+Pattern Pattern::for_copy(nc_dtype_t dtype, int world_size) {
+  // min/max inputs have the widest exact range; the copy flag changes how ranks differ.
+  Pattern p(dtype, NC_MAX, world_size);
+  p.copy_ = true;
+  return p;
+}
+
 Pattern::Pattern(nc_dtype_t dtype, nc_redop_t op, int world_size)
     : dtype_(dtype), op_(op), world_size_(std::max(world_size, 1)) {
   const bool is_unsigned = dtype == NC_U8;
@@ -272,6 +279,12 @@ int64_t Pattern::value(int rank, size_t index) const {
   const uint64_t h = mix64(static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull +
                            static_cast<uint64_t>(rank) * 0xd6e8feb86659fd93ull +
                            static_cast<uint64_t>(op_) * 0xa0761d6478bd642full + 1);
+  if (copy_) {
+    // Per index a hashed base, then per rank a step of 7 (coprime with the span of 201), so
+    // the ranks' values at one index are pairwise distinct.
+    const uint64_t base = below(mix64(static_cast<uint64_t>(index) ^ 0x2545f4914f6cdd1dull), span_);
+    return lo_ + static_cast<int64_t>((base + 7 * static_cast<uint64_t>(rank)) % span_);
+  }
   if (op_ != NC_PROD) return lo_ + static_cast<int64_t>(below(h, span_));
   if ((h & 63) == 0) return 0;
   // Which ranks contribute a 2 at this element: a run of `twos` ranks starting at `first`,
@@ -292,7 +305,15 @@ void Pattern::fill(int rank, void* buffer, size_t count) const {
   });
 }
 
+void Pattern::input(int rank, size_t index, void* out) const {
+  dispatch(dtype_, [&]<class T>(T) {
+    const T v = from_double<T>(static_cast<double>(value(rank, index)));
+    std::memcpy(out, &v, sizeof v);
+  });
+}
+
 void Pattern::expected(size_t index, void* out) const {
+  if (copy_) throw std::logic_error("a copy pattern has no reduction result");
   dispatch(dtype_, [&]<class T>(T) {
     const T v = expected_element<T>(*this, index);
     std::memcpy(out, &v, sizeof v);
@@ -301,6 +322,7 @@ void Pattern::expected(size_t index, void* out) const {
 
 uint64_t verify(const Pattern& pattern, const void* result, size_t count,
                 std::vector<Mismatch>* recorded, size_t max_recorded) {
+  if (pattern.is_copy()) throw std::logic_error("verify: a copy pattern has no reduction result");
   if (!reference_defined(pattern.dtype(), pattern.op())) {
     throw std::invalid_argument(fmt::format("no reference for redop {} on dtype {}",
                                             static_cast<int>(pattern.op()),
@@ -327,6 +349,20 @@ uint64_t verify(const Pattern& pattern, const void* result, size_t count,
   });
 }
 
+bool same_element(nc_dtype_t dtype, const void* got, const void* want) {
+  return dispatch(dtype, [&]<class T>(T) {
+    T a;
+    T b;
+    std::memcpy(&a, got, sizeof a);
+    std::memcpy(&b, want, sizeof b);
+    if constexpr (kIsFloat<T>) {
+      return to_double(a) == to_double(b);
+    } else {
+      return a == b;
+    }
+  });
+}
+
 std::string format_element(nc_dtype_t dtype, const void* element) {
   return dispatch(dtype, [&]<class T>(T) {
     T v;
@@ -336,7 +372,7 @@ std::string format_element(nc_dtype_t dtype, const void* element) {
 }
 
 void poison(void* buffer, size_t bytes) {
-  std::memset(buffer, 0xa5, bytes);
+  std::memset(buffer, kPoisonByte, bytes);
 }
 
 }  // namespace nodecomm::bench

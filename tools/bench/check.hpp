@@ -1,4 +1,5 @@
-// Deterministic per-rank input patterns and an independent reference for allreduce results.
+// Deterministic per-rank input patterns and an independent reference for reduction results,
+// element by element. collectives.hpp builds every collective's reference on top of these.
 //
 // Every pattern value is a small integer chosen so that the exact result is representable in
 // the element type and no intermediate of any reduction order rounds: the result does not
@@ -33,21 +34,30 @@ bool dtype_is_float(nc_dtype_t dtype);
 // with NC_ERR_INVALID_ARGUMENT).
 bool reference_defined(nc_dtype_t dtype, nc_redop_t op);
 
-// The inputs of one allreduce over `world_size` ranks, and its expected result.
+// The inputs of one collective over `world_size` ranks, and (for reductions) its expected
+// result.
 class Pattern {
  public:
+  // Inputs for a reduction with `op`: ranges chosen so that every result is exact.
   Pattern(nc_dtype_t dtype, nc_redop_t op, int world_size);
+  // Inputs for a collective that only moves data. Values lie in [-100, 100] ([0, 200] for u8),
+  // exact in every dtype, and at one index no two of up to 201 ranks share a value, so an
+  // element taken from the wrong rank is always caught (from the wrong index, almost always).
+  static Pattern for_copy(nc_dtype_t dtype, int world_size);
 
   nc_dtype_t dtype() const { return dtype_; }
   nc_redop_t op() const { return op_; }
   int world_size() const { return world_size_; }
+  bool is_copy() const { return copy_; }
 
   // What rank `rank` contributes at element `index`.
   int64_t value(int rank, size_t index) const;
   // Writes `count` elements of rank `rank`'s input to `buffer`.
   void fill(int rank, void* buffer, size_t count) const;
+  // Writes rank `rank`'s input at `index` (one element) to `out`.
+  void input(int rank, size_t index, void* out) const;
   // Writes the expected result at `index` (one element) to `out`, combining all ranks'
-  // values in rank order. Requires reference_defined().
+  // values in rank order. Requires reference_defined() and a reduction pattern.
   void expected(size_t index, void* out) const;
 
  private:
@@ -58,13 +68,19 @@ class Pattern {
   uint64_t span_ = 1;      // hi - lo + 1
   int prod_twos_ = 0;      // prod: most ranks contributing a factor of 2 to one element
   bool negative_ = false;  // prod: whether factors may be negative
+  bool copy_ = false;      // for_copy(): values for data movement, no reduction
 };
 
 struct Mismatch {
   size_t index;
   std::string got;
   std::string expected;
+  const char* buffer = "recv";  // which buffer of the rank: "recv", "send" or "buffer"
 };
+
+// Whether a result element equals the expected one: floating-point types by value (NaN never
+// matches, +0 matches -0), integers bit for bit.
+bool same_element(nc_dtype_t dtype, const void* got, const void* want);
 
 // Compares `count` result elements with the reference and returns how many differ. The first
 // `max_recorded` differences are appended to `recorded` (which may be null).
@@ -79,5 +95,6 @@ std::string format_element(nc_dtype_t dtype, const void* element);
 // implementation that leaves elements unwritten is caught. (All-ones would read as -1, the
 // most common integer product.)
 void poison(void* buffer, size_t bytes);
+inline constexpr unsigned char kPoisonByte = 0xa5;
 
 }  // namespace nodecomm::bench

@@ -1,9 +1,10 @@
-// nodecomm-bench: allreduce latency and bandwidth through nodecomm or, as a baseline, MPI,
+// nodecomm-bench: latency and bandwidth of nodecomm's collectives or, as a baseline, MPI's,
 // printed as an nccl-tests-style table (see --help).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "backend.hpp"
 #include "bench.hpp"
 #include "check.hpp"
+#include "collectives.hpp"
 #include "nodecomm.h"
 
 namespace {
@@ -48,6 +50,7 @@ uint64_t bytes_or_throw(const std::string& text, const char* flag) {
 
 struct Flags {
   std::string op = "allreduce";
+  int root = 0;
   std::string dtype = "f32";
   std::string redop = "sum";
   std::string min_bytes = "8";
@@ -67,7 +70,17 @@ struct Flags {
 // line and exit code 2 on every rank alike.
 Config to_config(const Flags& f, const CLI::App& app) {
   Config c;
-  c.op = f.op;
+  const auto collective = nodecomm::bench::parse_collective(f.op);
+  if (!collective) {
+    throw CLI::ValidationError("--op", fmt::format("unknown collective '{}' (one of: {})", f.op,
+                                                   nodecomm::bench::collective_names()));
+  }
+  c.collective = *collective;
+  c.root = f.root;
+  if (f.inplace && c.collective == nodecomm::bench::Collective::kAlltoall) {
+    throw CLI::ValidationError("--inplace",
+                               "alltoall has no in-place form (send and recv must not overlap)");
+  }
   if (nc_dtype_parse(f.dtype.c_str(), &c.dtype) != NC_OK) {
     throw CLI::ValidationError(
         "--dtype", fmt::format("unknown dtype '{}' (one of: {})", f.dtype, names(&nc_dtype_name)));
@@ -102,17 +115,27 @@ Config to_config(const Flags& f, const CLI::App& app) {
 
 int bench_main(int argc, char** argv) {
   CLI::App app{
-      "nodecomm-bench: allreduce latency and bandwidth, nccl-tests style.\n"
+      "nodecomm-bench: collective latency and bandwidth, nccl-tests style.\n"
       "With --backend nodecomm run it under nodecomm-launch; with --backend mpi under\n"
-      "mpirun. Rank 0 prints the table; times are per iteration, averaged over ranks.",
+      "mpirun. Rank 0 prints the table; times are per iteration, averaged over ranks.\n"
+      "Sizes, counts and busbw follow nccl-tests: `size` is the larger of the send and\n"
+      "receive buffer, `count` the count argument of the call (per rank for\n"
+      "reduce_scatter, allgather, gather, scatter and alltoall).",
       "nodecomm-bench"};
   Flags f;
-  app.add_option("--op", f.op, "Collective to measure")
-      ->check(CLI::IsMember({"allreduce"}))
+  // Checked in to_config, so that a bad name is one line naming every valid one.
+  app.add_option("--op", f.op,
+                 "Collective: allreduce reduce broadcast reduce_scatter allgather gather scatter "
+                 "alltoall barrier")
+      ->capture_default_str();
+  app.add_option("--root", f.root, "Root rank of reduce, broadcast, gather and scatter")
+      ->check(CLI::Range(0, INT32_MAX))
       ->capture_default_str();
   app.add_option("--dtype", f.dtype, "Element type: f32 f64 i32 i64 f16 bf16 i8 u8")
       ->capture_default_str();
-  app.add_option("--redop", f.redop, "Reduction: sum prod min max avg")->capture_default_str();
+  app.add_option("--redop", f.redop,
+                 "Reduction of allreduce, reduce and reduce_scatter: sum prod min max avg")
+      ->capture_default_str();
   app.add_option("--min-bytes", f.min_bytes, "Smallest size (K/M/G = powers of 1024)")
       ->check(kByteCount)
       ->capture_default_str();
@@ -141,7 +164,9 @@ int bench_main(int argc, char** argv) {
   app.add_option("--backend", f.backend, "nodecomm (under nodecomm-launch) or mpi (under mpirun)")
       ->check(CLI::IsMember({"nodecomm", "mpi"}))
       ->capture_default_str();
-  app.add_flag("--inplace", f.inplace, "Reduce in place (send buffer == receive buffer)");
+  app.add_flag("--inplace", f.inplace,
+               "In place, as nodecomm.h documents per collective (not for alltoall; ignored for "
+               "barrier)");
   app.add_flag("--no-arena", f.no_arena,
                "nodecomm: malloc'd buffers, which the library copies through its arena, "
                "instead of nc_alloc'd ones");

@@ -6,11 +6,10 @@
 
 namespace nodecomm::bench {
 
-Bandwidth allreduce_bandwidth(size_t bytes, double time_us, int world_size) {
+Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int world_size) {
   if (time_us <= 0) return {0, 0};
   const double algbw = static_cast<double>(bytes) / time_us / 1e3;  // bytes/us -> GB/s (1e9)
-  const double n = world_size;
-  return {algbw, world_size > 1 ? algbw * 2 * (n - 1) / n : 0.0};
+  return {algbw, algbw * busbw_factor(collective, world_size)};
 }
 
 Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
@@ -18,11 +17,11 @@ Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
 
 void Report::header() {
   fmt::print(table_,
-             "# nodecomm-bench: op {}, backend {}, {} rank{} ({} node{} x {}), iters {}, "
+             "# nodecomm-bench: op {}, backend {}, {} rank{} ({} node{} x {}), root {}, iters {}, "
              "warmup {}, {}\n",
              info_.op, info_.backend, info_.world_size, info_.world_size == 1 ? "" : "s",
-             info_.nodes, info_.nodes == 1 ? "" : "s", info_.ranks_per_node, info_.iters,
-             info_.warmup, info_.inplace ? "in-place" : "out-of-place");
+             info_.nodes, info_.nodes == 1 ? "" : "s", info_.ranks_per_node, info_.root,
+             info_.iters, info_.warmup, info_.inplace ? "in-place" : "out-of-place");
   fmt::print(table_, "# buffers: {}, check: {}\n", info_.buffers, info_.check ? "on" : "off");
   if (!info_.reduced_note.empty()) fmt::print(table_, "# {}\n", info_.reduced_note);
   fmt::print(table_, "#\n");
@@ -32,7 +31,7 @@ void Report::header() {
 }
 
 void Report::row(const Row& row) {
-  const Bandwidth bw = allreduce_bandwidth(row.bytes, row.time_us, info_.world_size);
+  const Bandwidth bw = bandwidth(info_.collective, row.bytes, row.time_us, info_.world_size);
   fmt::print(table_, "{:>12}{:>13}{:>7}{:>7}{:>12.2f}{:>13.2f}{:>13.2f}{:>8}\n", row.bytes,
              row.count, row.type, row.redop, row.time_us, bw.algbw_gbs, bw.busbw_gbs,
              row.wrong ? fmt::to_string(*row.wrong) : std::string("N/A"));
@@ -50,6 +49,7 @@ void Report::row(const Row& row) {
       {"count", row.count},
       {"type", row.type},
       {"redop", row.redop},
+      {"root", info_.root},
       {"time_us", row.time_us},
       {"algbw_gbs", bw.algbw_gbs},
       {"busbw_gbs", bw.busbw_gbs},

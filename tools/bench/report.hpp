@@ -8,10 +8,14 @@
 #include <ostream>
 #include <string>
 
+#include "collectives.hpp"
+
 namespace nodecomm::bench {
 
 struct RunInfo {
   std::string op;
+  Collective collective = Collective::kAllreduce;
+  int root = -1;  // -1 for collectives without a root, as nccl-tests prints it
   std::string backend;
   int world_size = 1;
   int nodes = 1;
@@ -25,10 +29,10 @@ struct RunInfo {
 };
 
 struct Row {
-  size_t bytes = 0;
-  size_t count = 0;
-  std::string type;
-  std::string redop;
+  size_t bytes = 0;               // nccl-tests' size: the larger of the send and receive buffer
+  size_t count = 0;               // nccl-tests' count: the count argument of the call
+  std::string type;               // "none" for barrier
+  std::string redop;              // "none" for collectives that do not reduce
   double time_us = 0;             // mean over iterations, then over ranks
   std::optional<uint64_t> wrong;  // total over ranks; empty when not checked
   int iters = 0;
@@ -39,9 +43,10 @@ struct Bandwidth {
   double busbw_gbs;
 };
 
-// nccl-tests' definitions: algbw = bytes / time; busbw scales it by 2(n-1)/n, the fraction
-// of the data each rank must send and receive in a bandwidth-optimal allreduce.
-Bandwidth allreduce_bandwidth(size_t bytes, double time_us, int world_size);
+// nccl-tests' definitions: algbw = size / time; busbw scales it by the collective's
+// busbw_factor (2(n-1)/n for allreduce: the fraction of the data each rank must send and
+// receive in a bandwidth-optimal allreduce).
+Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int world_size);
 
 class Report {
  public:
