@@ -81,13 +81,15 @@ void copy_out(void* dst, const void* src, size_t bytes) {
 }
 
 // Combines the members' send buffers (count elements each, from element `from`) into dst
-// in one pass.
-void reduce_members(const Members& m, const Shape& s, void* dst, size_t count, size_t from = 0) {
+// in one pass: in wire format (f32 for f16/bf16) unless `final_dtype`, where f16/bf16 are
+// rounded once into dtype.
+void reduce_members(const Members& m, const Shape& s, void* dst, size_t count, size_t from = 0,
+                    bool final_dtype = false) {
   if (count == 0) return;
   std::vector<const void*> srcs;
   srcs.reserve(m.count());
   for (size_t k = 0; k < m.count(); ++k) srcs.push_back(m.send(k) + from * s.elem);
-  if (s.widen) {
+  if (s.widen && !final_dtype) {
     reduce_widen(s.dtype, s.op, static_cast<float*>(dst), srcs.data(), srcs.size(), count);
   } else {
     reduce(s.dtype, s.op, dst, srcs.data(), srcs.size(), count);
@@ -178,7 +180,7 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
       if (lay.node_count == 1 && !(s.widen && s.average)) {
         // Reduce straight into the first member's receive buffer, then copy: no staging.
         uint8_t* result = m.recv(0);
-        reduce_members(m, s, result, s.count);
+        reduce_members(m, s, result, s.count, 0, /*final_dtype=*/true);
         if (s.average && s.count > 0) divide_by(s.dtype, result, s.count, s.size);
         for (size_t k = 1; k < m.count(); ++k) {
           if (m.alive(k)) copy_out(m.recv(k), result, block);
