@@ -443,7 +443,7 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
         for (uint32_t i = 0; i < lay.node_sizes[n]; ++i) {
           const uint32_t source = lay.rank_at[lay.node_offsets[n] + i];
           for (size_t j = 0; j < m.count(); ++j) {
-            const uint64_t* recv_counts = op.slots[j]->aux.data() + 2 * s.size;
+            const uint64_t* recv_counts = op.slots[j]->aux.data() + size_t{2} * s.size;
             const uint64_t* recv_displs = recv_counts + s.size;
             const size_t bytes = recv_counts[source] * s.elem;
             if (m.alive(j)) copy_out(m.recv(j) + recv_displs[source] * s.elem, in, bytes);

@@ -107,6 +107,7 @@ void split_finish(CollectiveContext& ctx, Operation& op, TransportHandle groups)
     child.node_index = static_cast<uint32_t>(std::distance(ranks_of_node.begin(), mine));
     child.node_comm = node_comm;
     std::vector<std::vector<uint32_t>> ranks_by_node;
+    ranks_by_node.reserve(ranks_of_node.size());
     for (const auto& [node, ranks] : ranks_of_node) ranks_by_node.push_back(ranks);
     child.set_ranks_by_node(ranks_by_node);
     for (uint32_t rank : mine->second) {

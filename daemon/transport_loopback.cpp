@@ -49,6 +49,7 @@ class LoopbackTransport final : public Transport {
   uint32_t comm_size(NodeComm) const override { return 1; }
   TransportHandle start_split_groups(NodeComm, std::vector<bool> include) override {
     std::vector<NodeComm> made;
+    made.reserve(include.size());
     for (bool in : include) made.push_back(in ? next_comm_++ : kAllNodes);
     groups_.emplace(next_, std::move(made));
     return next_++;

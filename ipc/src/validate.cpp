@@ -167,7 +167,7 @@ Verdict vector_extents(proto::Collective c, const uint64_t* aux, uint32_t size, 
     }
     out = {count, extent(aux, aux + size)};
   } else {
-    out = {extent(aux, aux + size), extent(aux + 2 * size, aux + 3 * size)};
+    out = {extent(aux, aux + size), extent(aux + size_t{2} * size, aux + size_t{3} * size)};
   }
   return {};
 }

@@ -41,12 +41,12 @@ int check_comm(nc_context_t* ctx, nc_comm_t comm,
       printf("rank %d ar\n", wr);
     }
   }
-  for (size_t i = 0; i < c; ++i) s[i] = wr * 100 + i;
+  for (size_t i = 0; i < c; ++i) s[i] = wr * 100 + static_cast<int>(i);
   CK(nc_allgather(ctx, s, r, c, NC_I32, comm, nullptr, &q));
   CK(nc_wait(ctx, q));
   for (int k = 0; k < n; ++k)
     for (size_t i = 0; i < c; ++i)
-      if (r[k * c + i] != (int)(members[k] * 100 + i)) {
+      if (r[k * c + i] != members[k] * 100 + static_cast<int>(i)) {
         bad++;
         printf("rank %d ag k%d got %d\n", wr, k, r[k * c + i]);
       }
@@ -80,13 +80,13 @@ int check_comm(nc_context_t* ctx, nc_comm_t comm,
       bad++;
       printf("rank %d scatter\n", wr);
     }
-  for (size_t i = 0; i < c; ++i) s[i] = wr * 7 + i;
+  for (size_t i = 0; i < c; ++i) s[i] = wr * 7 + static_cast<int>(i);
   CK(nc_gather(ctx, s, r, c, NC_I32, root, comm, nullptr, &q));
   CK(nc_wait(ctx, q));
   if (rank == root)
     for (int k = 0; k < n; ++k)
       for (size_t i = 0; i < c; ++i)
-        if (r[k * c + i] != (int)(members[k] * 7 + i)) {
+        if (r[k * c + i] != members[k] * 7 + static_cast<int>(i)) {
           bad++;
           printf("rank %d gather\n", wr);
         }
@@ -195,8 +195,8 @@ int main() {
     CK(nc_comm_free(ctx, &sub));
   }
   // world still fine
-  std::vector<int> all;
-  for (int r = 0; r < n; ++r) all.push_back(r);
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
   bad += check_comm(ctx, NC_COMM_WORLD, all);
   if (n % 2 == 0) {
     nc_comm_t data, model;
