@@ -252,6 +252,10 @@ nc_status_t nc_test(nc_context_t* ctx, nc_request_t req) {
 
 nc_status_t nc_wait(nc_context_t* ctx, nc_request_t req) {
   if (ctx == nullptr) return not_initialized("nc_wait");
+  if (req == 0) {
+    t_last_error = "nc_wait: request 0 is never a valid request";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
   return report(ctx->impl->wait(req));
 }
 

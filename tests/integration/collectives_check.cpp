@@ -121,7 +121,8 @@ Options parse_options(int argc, char** argv) {
   }
   Options o;
   if (ops == "all") {
-    o.ops.assign(nodecomm::bench::kAllCollectives.begin(), nodecomm::bench::kAllCollectives.end());
+    o.ops.assign(nodecomm::bench::kBenchCollectives.begin(),
+                 nodecomm::bench::kBenchCollectives.end());
   } else {
     for (const std::string& name : split(ops)) {
       const auto c = nodecomm::bench::parse_collective(name);
@@ -234,7 +235,7 @@ class Block {
 };
 
 // Posts one collective; *call names the function for messages.
-nc_status_t post(nc_context_t* ctx, const CollectiveCase& c, const void* send, void* recv,
+nc_status_t post(nc_context_t* ctx, const CollectiveCase& c, int rank, const void* send, void* recv,
                  const nc_op_attr_t* attr, nc_request_t* req, const char** call) {
   const size_t n = c.shape().count;
   switch (c.collective()) {
@@ -265,6 +266,19 @@ nc_status_t post(nc_context_t* ctx, const CollectiveCase& c, const void* send, v
     case Collective::kBarrier:
       *call = "nc_barrier";
       return nc_barrier(ctx, NC_COMM_WORLD, attr, req);
+    case Collective::kAllgatherv: {
+      *call = "nc_allgatherv";
+      const auto v = c.vector_args(rank);
+      return nc_allgatherv(ctx, send, v.send_count, recv, v.recv_counts.data(),
+                           v.recv_displs.data(), c.dtype(), NC_COMM_WORLD, attr, req);
+    }
+    case Collective::kAlltoallv: {
+      *call = "nc_alltoallv";
+      const auto v = c.vector_args(rank);
+      return nc_alltoallv(ctx, send, v.send_counts.data(), v.send_displs.data(), recv,
+                          v.recv_counts.data(), v.recv_displs.data(), c.dtype(), NC_COMM_WORLD,
+                          attr, req);
+    }
   }
   *call = "?";
   return NC_ERR_INVALID_ARGUMENT;
@@ -390,7 +404,7 @@ class Checker {
       const nc_op_attr_t attr{0, name.c_str()};
       nc_request_t req = 0;
       const char* call_name = "?";
-      if (const nc_status_t s = post(ctx_, c, call.send, call.recv, &attr, &req, &call_name);
+      if (const nc_status_t s = post(ctx_, c, rank_, call.send, call.recv, &attr, &req, &call_name);
           s != NC_OK) {
         ++tally.failed;
         if (report_more()) {

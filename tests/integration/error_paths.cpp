@@ -90,6 +90,8 @@ int local_checks(nc_context_t* ctx) {
                 nc_last_error());
   bad += expect(nc_test(ctx, 12345) == NC_ERR_INVALID_ARGUMENT, rank, "unknown request refused",
                 nc_last_error());
+  bad += expect(nc_wait(ctx, 0) == NC_ERR_INVALID_ARGUMENT, rank, "waiting on request 0 refused",
+                nc_last_error());
   // A valid operation still works afterwards: refusals did not consume sequence numbers.
   float* buf = nullptr;
   if (nc_alloc(ctx, sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) return bad + 1;

@@ -43,6 +43,11 @@ struct Call {
   nc_redop_t op = NC_SUM;  // reducing collectives only
   int root = 0;            // rooted collectives only
   bool inplace = false;
+  // Vector collectives only: this rank's counts and displacements. Not owned.
+  const CollectiveCase::VectorArgs* vector = nullptr;
+  // On the group made by split() (the collective under test), rather than on the world (the
+  // benchmark's own bookkeeping). Without a split() the group is the world.
+  bool in_group = false;
 };
 
 class Backend {
@@ -56,6 +61,12 @@ class Backend {
   // rank's node. Only rank 0's view is reported.
   virtual int node_count() const = 0;
   virtual int local_size() const = 0;
+  // This rank's place in the group of split(), and the group's size; the world's before it.
+  virtual int group_rank() const = 0;
+  virtual int group_size() const = 0;
+  // Splits the world into groups (MPI_Comm_split semantics: by color, ordered by key) for the
+  // calls with Call::in_group. Collective over the world; at most once. Throws BackendError.
+  virtual void split(int color, int key) = 0;
   // A short note on where buffers come from, for the report header.
   virtual std::string buffer_kind() const = 0;
 
@@ -68,7 +79,7 @@ class Backend {
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* ptr) noexcept = 0;
 
-  // One complete collective over all ranks (post and wait). Throws BackendError.
+  // One complete collective over the world or the group (post and wait). Throws BackendError.
   virtual void run(const Call& call) = 0;
   // Shorthand for the benchmark's own bookkeeping; send == recv means in place.
   void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op) {

@@ -125,6 +125,19 @@ void check_mpi(const char* call, int code) {
   if (code != MPI_SUCCESS) throw BackendError(mpi_error(call, code));
 }
 
+// MPI's int counts and displacements from nodecomm's size_t ones.
+std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name) {
+  std::vector<int> out;
+  out.reserve(values.size());
+  for (size_t v : values) {
+    if (v > static_cast<size_t>(INT32_MAX)) {
+      throw BackendError(fmt::format("{}: {} elements exceed MPI's int count", name, v));
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
 class MpiBackend final : public Backend {
  public:
   MpiBackend() {
@@ -150,6 +163,8 @@ class MpiBackend final : public Backend {
     // From here on errors are returned, so that the report can say which size and iteration
     // failed; finalize(false) then aborts the job so that no peer is left waiting.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    group_rank_ = rank_;
+    group_size_ = size_;
   }
 
   ~MpiBackend() override { finalize(true); }
@@ -159,6 +174,16 @@ class MpiBackend final : public Backend {
   int world_size() const override { return size_; }
   int node_count() const override { return nodes_; }
   int local_size() const override { return local_size_; }
+  int group_rank() const override { return group_rank_; }
+  int group_size() const override { return group_size_; }
+
+  void split(int color, int key) override {
+    // The new communicator inherits MPI_ERRORS_RETURN from the world.
+    check_mpi("MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, color, key, &group_));
+    check_mpi("MPI_Comm_rank", MPI_Comm_rank(group_, &group_rank_));
+    check_mpi("MPI_Comm_size", MPI_Comm_size(group_, &group_size_));
+  }
+
   std::string buffer_kind() const override { return "malloc"; }
 
   std::optional<Rejection> reject(Collective collective, nc_dtype_t dtype,
@@ -195,26 +220,28 @@ class MpiBackend final : public Backend {
     }
     const int n = static_cast<int>(c.count);
     const size_t bytes = c.count * dtype_bytes(c.dtype);
-    const bool root = rank_ == c.root;
+    const MPI_Comm comm = c.in_group && group_ != MPI_COMM_NULL ? group_ : MPI_COMM_WORLD;
+    const int comm_size = c.in_group ? group_size_ : size_;
+    const bool root = (c.in_group ? group_rank_ : rank_) == c.root;
     MPI_Op op = MPI_OP_NULL;
     if (is_reducing(c.collective)) op = reduction(c.dtype, c.op);
     switch (c.collective) {
       case Collective::kAllreduce:
-        check_mpi("MPI_Allreduce", MPI_Allreduce(c.inplace ? MPI_IN_PLACE : c.send, c.recv, n, type,
-                                                 op, MPI_COMM_WORLD));
-        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, size_);
+        check_mpi("MPI_Allreduce",
+                  MPI_Allreduce(c.inplace ? MPI_IN_PLACE : c.send, c.recv, n, type, op, comm));
+        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, comm_size);
         break;
       case Collective::kReduce:
         // In place at the root only; elsewhere MPI ignores the receive buffer.
-        check_mpi("MPI_Reduce", MPI_Reduce(c.inplace && root ? MPI_IN_PLACE : c.send,
-                                           c.inplace && !root ? nullptr : c.recv, n, type, op,
-                                           c.root, MPI_COMM_WORLD));
-        if (c.op == NC_AVG && root) divide_average(c.recv, c.count, c.dtype, size_);
+        check_mpi("MPI_Reduce",
+                  MPI_Reduce(c.inplace && root ? MPI_IN_PLACE : c.send,
+                             c.inplace && !root ? nullptr : c.recv, n, type, op, c.root, comm));
+        if (c.op == NC_AVG && root) divide_average(c.recv, c.count, c.dtype, comm_size);
         break;
       case Collective::kBroadcast:
         // MPI broadcasts one buffer: out of place, the root first copies send into recv.
         if (root && c.send != c.recv) std::memcpy(c.recv, c.send, bytes);
-        check_mpi("MPI_Bcast", MPI_Bcast(c.recv, n, type, c.root, MPI_COMM_WORLD));
+        check_mpi("MPI_Bcast", MPI_Bcast(c.recv, n, type, c.root, comm));
         break;
       case Collective::kReduceScatter:
         if (c.inplace) {
@@ -223,37 +250,57 @@ class MpiBackend final : public Backend {
           // scratch block keeps NCCL's layout.
           scratch_.resize(bytes);
           check_mpi("MPI_Reduce_scatter_block",
-                    MPI_Reduce_scatter_block(c.send, scratch_.data(), n, type, op, MPI_COMM_WORLD));
+                    MPI_Reduce_scatter_block(c.send, scratch_.data(), n, type, op, comm));
           std::memcpy(c.recv, scratch_.data(), bytes);
         } else {
           check_mpi("MPI_Reduce_scatter_block",
-                    MPI_Reduce_scatter_block(c.send, c.recv, n, type, op, MPI_COMM_WORLD));
+                    MPI_Reduce_scatter_block(c.send, c.recv, n, type, op, comm));
         }
-        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, size_);
+        if (c.op == NC_AVG) divide_average(c.recv, c.count, c.dtype, comm_size);
         break;
       case Collective::kAllgather:
         // In place, MPI takes each rank's contribution from its own block of recv, as NCCL.
         check_mpi("MPI_Allgather",
-                  c.inplace ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c.recv, n, type,
-                                            MPI_COMM_WORLD)
-                            : MPI_Allgather(c.send, n, type, c.recv, n, type, MPI_COMM_WORLD));
+                  c.inplace
+                      ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, c.recv, n, type, comm)
+                      : MPI_Allgather(c.send, n, type, c.recv, n, type, comm));
         break;
       case Collective::kGather:
-        check_mpi("MPI_Gather", MPI_Gather(c.inplace && root ? MPI_IN_PLACE : c.send, n, type,
-                                           c.inplace && !root ? nullptr : c.recv, n, type, c.root,
-                                           MPI_COMM_WORLD));
+        check_mpi("MPI_Gather",
+                  MPI_Gather(c.inplace && root ? MPI_IN_PLACE : c.send, n, type,
+                             c.inplace && !root ? nullptr : c.recv, n, type, c.root, comm));
         break;
       case Collective::kScatter:
-        check_mpi("MPI_Scatter", MPI_Scatter(c.inplace && !root ? nullptr : c.send, n, type,
-                                             c.inplace && root ? MPI_IN_PLACE : c.recv, n, type,
-                                             c.root, MPI_COMM_WORLD));
+        check_mpi("MPI_Scatter",
+                  MPI_Scatter(c.inplace && !root ? nullptr : c.send, n, type,
+                              c.inplace && root ? MPI_IN_PLACE : c.recv, n, type, c.root, comm));
         break;
       case Collective::kAlltoall:
-        check_mpi("MPI_Alltoall", MPI_Alltoall(c.send, n, type, c.recv, n, type, MPI_COMM_WORLD));
+        check_mpi("MPI_Alltoall", MPI_Alltoall(c.send, n, type, c.recv, n, type, comm));
         break;
       case Collective::kBarrier:
-        check_mpi("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+        check_mpi("MPI_Barrier", MPI_Barrier(comm));
         break;
+      case Collective::kAllgatherv: {
+        if (c.vector == nullptr) throw BackendError("allgatherv: no counts");
+        const std::vector<int> counts = to_int(c.vector->recv_counts, name);
+        const std::vector<int> displs = to_int(c.vector->recv_displs, name);
+        check_mpi("MPI_Allgatherv",
+                  MPI_Allgatherv(c.send, static_cast<int>(c.vector->send_count), type, c.recv,
+                                 counts.data(), displs.data(), type, comm));
+        break;
+      }
+      case Collective::kAlltoallv: {
+        if (c.vector == nullptr) throw BackendError("alltoallv: no counts");
+        const std::vector<int> send_counts = to_int(c.vector->send_counts, name);
+        const std::vector<int> send_displs = to_int(c.vector->send_displs, name);
+        const std::vector<int> recv_counts = to_int(c.vector->recv_counts, name);
+        const std::vector<int> recv_displs = to_int(c.vector->recv_displs, name);
+        check_mpi("MPI_Alltoallv",
+                  MPI_Alltoallv(c.send, send_counts.data(), send_displs.data(), type, c.recv,
+                                recv_counts.data(), recv_displs.data(), type, comm));
+        break;
+      }
     }
   }
 
@@ -264,6 +311,7 @@ class MpiBackend final : public Backend {
     initialized_ = false;
     // A rank that stops after a failure would leave the others in their next collective.
     if (!ok && size_ > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
     for (MPI_Op& op : half_ops_) {
       if (op != MPI_OP_NULL) MPI_Op_free(&op);
     }
@@ -305,6 +353,9 @@ class MpiBackend final : public Backend {
   int size_ = 1;
   int nodes_ = 1;
   int local_size_ = 1;
+  MPI_Comm group_ = MPI_COMM_NULL;  // split()'s, for Call::in_group; null: the world
+  int group_rank_ = 0;
+  int group_size_ = 1;
   std::array<MPI_Op, 10> half_ops_ = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
                                       MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
                                       MPI_OP_NULL, MPI_OP_NULL};  // [f16|bf16][redop]

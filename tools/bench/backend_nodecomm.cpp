@@ -46,6 +46,19 @@ class NodecommBackend final : public Backend {
   int world_size() const override { return nc_world_size(ctx_); }
   int node_count() const override { return nc_node_count(ctx_); }
   int local_size() const override { return nc_local_size(ctx_); }
+  int group_rank() const override {
+    int rank = 0;
+    return nc_comm_rank(ctx_, group_, &rank) == NC_OK ? rank : -1;
+  }
+  int group_size() const override {
+    int size = 0;
+    return nc_comm_size(ctx_, group_, &size) == NC_OK ? size : -1;
+  }
+  void split(int color, int key) override {
+    if (const nc_status_t s = nc_comm_split(ctx_, NC_COMM_WORLD, color, key, &group_); s != NC_OK) {
+      throw BackendError(describe("nc_comm_split", s));
+    }
+  }
   std::string buffer_kind() const override {
     return use_arena_ ? "nc_alloc (zero-copy)" : "malloc (copy path, --no-arena)";
   }
@@ -88,47 +101,56 @@ class NodecommBackend final : public Backend {
     nc_request_t req = 0;
     nc_status_t s = NC_OK;
     const char* call = "?";
+    const nc_comm_t comm = c.in_group ? group_ : NC_COMM_WORLD;
     switch (c.collective) {
       case Collective::kAllreduce:
         call = "nc_allreduce";
-        s = nc_allreduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, NC_COMM_WORLD, nullptr,
-                         &req);
+        s = nc_allreduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, nullptr, &req);
         break;
       case Collective::kReduce:
         call = "nc_reduce";
-        s = nc_reduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, c.root, NC_COMM_WORLD, nullptr,
-                      &req);
+        s = nc_reduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, c.root, comm, nullptr, &req);
         break;
       case Collective::kBroadcast:
         call = "nc_broadcast";
-        s = nc_broadcast(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr,
-                         &req);
+        s = nc_broadcast(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
         break;
       case Collective::kReduceScatter:
         call = "nc_reduce_scatter";
-        s = nc_reduce_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.op, NC_COMM_WORLD, nullptr,
-                              &req);
+        s = nc_reduce_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, nullptr, &req);
         break;
       case Collective::kAllgather:
         call = "nc_allgather";
-        s = nc_allgather(ctx_, c.send, c.recv, c.count, c.dtype, NC_COMM_WORLD, nullptr, &req);
+        s = nc_allgather(ctx_, c.send, c.recv, c.count, c.dtype, comm, nullptr, &req);
         break;
       case Collective::kGather:
         call = "nc_gather";
-        s = nc_gather(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr, &req);
+        s = nc_gather(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
         break;
       case Collective::kScatter:
         call = "nc_scatter";
-        s = nc_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.root, NC_COMM_WORLD, nullptr,
-                       &req);
+        s = nc_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
         break;
       case Collective::kAlltoall:
         call = "nc_alltoall";
-        s = nc_alltoall(ctx_, c.send, c.recv, c.count, c.dtype, NC_COMM_WORLD, nullptr, &req);
+        s = nc_alltoall(ctx_, c.send, c.recv, c.count, c.dtype, comm, nullptr, &req);
         break;
       case Collective::kBarrier:
         call = "nc_barrier";
-        s = nc_barrier(ctx_, NC_COMM_WORLD, nullptr, &req);
+        s = nc_barrier(ctx_, comm, nullptr, &req);
+        break;
+      case Collective::kAllgatherv:
+        call = "nc_allgatherv";
+        if (c.vector == nullptr) throw BackendError("nc_allgatherv: no counts");
+        s = nc_allgatherv(ctx_, c.send, c.vector->send_count, c.recv, c.vector->recv_counts.data(),
+                          c.vector->recv_displs.data(), c.dtype, comm, nullptr, &req);
+        break;
+      case Collective::kAlltoallv:
+        call = "nc_alltoallv";
+        if (c.vector == nullptr) throw BackendError("nc_alltoallv: no counts");
+        s = nc_alltoallv(ctx_, c.send, c.vector->send_counts.data(), c.vector->send_displs.data(),
+                         c.recv, c.vector->recv_counts.data(), c.vector->recv_displs.data(),
+                         c.dtype, comm, nullptr, &req);
         break;
     }
     if (s != NC_OK) throw BackendError(describe(call, s));
@@ -158,6 +180,7 @@ class NodecommBackend final : public Backend {
   bool use_arena_;
   nc_context_t* ctx_ = nullptr;
   double* sync_word_ = nullptr;
+  nc_comm_t group_ = NC_COMM_WORLD;  // split()'s, for Call::in_group
 };
 
 }  // namespace

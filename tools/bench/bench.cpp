@@ -50,6 +50,23 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
   return value << shift;
 }
 
+std::optional<int> parse_comm(std::string_view text) {
+  if (text == "world") return 0;
+  constexpr std::string_view kSplit = "split:";
+  if (!text.starts_with(kSplit) || text.size() == kSplit.size()) return std::nullopt;
+  int groups = 0;
+  for (char ch : text.substr(kSplit.size())) {
+    if (ch < '0' || ch > '9' || groups > (INT32_MAX - 9) / 10) return std::nullopt;
+    groups = groups * 10 + (ch - '0');
+  }
+  if (groups < 1) return std::nullopt;
+  return groups;
+}
+
+std::string comm_name(int split_groups) {
+  return split_groups > 0 ? fmt::format("split:{}", split_groups) : std::string("world");
+}
+
 namespace {
 size_t round_to_element(uint64_t bytes, size_t element) {
   return std::max<size_t>(element, static_cast<size_t>(bytes / element * element));
@@ -125,18 +142,37 @@ class Runner {
       : backend_(backend),
         config_(config),
         rank_(backend.world_rank()),
-        size_(backend.world_size()),
+        world_size_(backend.world_size()),
         buffers_(backend),
         op_name_(collective_name(config.collective)),
         dtype_name_(nc_dtype_name(config.dtype) ? nc_dtype_name(config.dtype) : "?"),
         redop_name_(nc_redop_name(config.redop) ? nc_redop_name(config.redop) : "?") {}
 
   int run() {
-    if (has_root(config_.collective) && config_.root >= size_) {
-      // Only now is the world size known; every rank sees the same, so all stop alike.
+    const int groups = config_.split_groups;
+    if (groups > world_size_) {
+      // An empty group would not exist: there would be fewer groups than asked for.
+      if (rank_ == 0) {
+        fmt::print(stderr, "nodecomm-bench: error: --comm {} needs at least {} ranks, not {}\n",
+                   comm_name(groups), groups, world_size_);
+      }
+      return 2;
+    }
+    // Only now is the world size known; every rank sees the same, so all stop alike. With
+    // --comm split:K the root must be a rank of every group, the smallest having size / K.
+    if (has_root(config_.collective) && groups > 0 && config_.root >= world_size_ / groups) {
+      if (rank_ == 0) {
+        fmt::print(stderr,
+                   "nodecomm-bench: error: --root {} is not a rank of every group of --comm {} "
+                   "(the smallest has ranks 0..{})\n",
+                   config_.root, comm_name(groups), world_size_ / groups - 1);
+      }
+      return 2;
+    }
+    if (has_root(config_.collective) && config_.root >= world_size_) {
       if (rank_ == 0) {
         fmt::print(stderr, "nodecomm-bench: error: --root {} is not a rank of this run (0..{})\n",
-                   config_.root, size_ - 1);
+                   config_.root, world_size_ - 1);
       }
       return 2;
     }
@@ -144,6 +180,15 @@ class Runner {
       if (rank_ == 0) fmt::print(stderr, "nodecomm-bench: error: {}\n", rejection->why);
       return rejection->exit_code;
     }
+    if (groups > 0) {
+      try {
+        backend_.split(rank_ % groups, rank_);
+      } catch (const BackendError& e) {
+        throw BackendError(fmt::format("--comm {}: {}", comm_name(groups), e.what()));
+      }
+    }
+    group_rank_ = backend_.group_rank();
+    size_ = backend_.group_size();
     // The scratch words come first: without them the ranks cannot even agree to stop.
     scratch_ = static_cast<double*>(buffers_.alloc(2 * sizeof(double)));
     if (!setup()) return 1;
@@ -204,8 +249,10 @@ class Runner {
         size_t recv_bytes = 0;
         size_t inplace_bytes = 0;
         for (const Shape& s : shapes()) {
-          send_bytes = std::max(send_bytes, s.send_elems * element);
-          recv_bytes = std::max(recv_bytes, s.recv_elems * element);
+          // At least one element: a vector collective's buffer can be empty on one rank, and
+          // a zero-byte allocation is not worth asking a backend about.
+          send_bytes = std::max({send_bytes, s.send_elems * element, element});
+          recv_bytes = std::max({recv_bytes, s.recv_elems * element, element});
           inplace_bytes = std::max(inplace_bytes, s.inplace_elems * element);
         }
         if (inplace()) {
@@ -243,7 +290,9 @@ class Runner {
     info.collective = config_.collective;
     info.root = has_root(config_.collective) ? config_.root : -1;
     info.backend = std::string(backend_.name());
-    info.world_size = size_;
+    info.world_size = world_size_;
+    info.comm = comm_name(config_.split_groups);
+    info.comm_size = size_;
     info.nodes = backend_.node_count();
     info.ranks_per_node = backend_.local_size();
     info.iters = config_.iters;
@@ -275,6 +324,8 @@ class Runner {
     const int warmup = iterations(config_.warmup, config_.warmup_explicit, bytes, kWarmupBudget);
     Call call{config_.collective, send_,         recv_,        shape.count,
               config_.dtype,      config_.redop, config_.root, inplace()};
+    call.in_group = true;
+    CollectiveCase::VectorArgs vector;  // kept alive for every run of this size
     // Where a failure happened, kept in plain variables so the timed loop builds no strings.
     const char* phase = "setup";
     int index = 0;
@@ -284,8 +335,12 @@ class Runner {
       if (buffers) {
         const CollectiveCase reference(config_.collective, config_.dtype, config_.redop, size_,
                                        config_.root, shape.count);
+        if (is_vector(config_.collective)) {
+          vector = reference.vector_args(group_rank_);
+          call.vector = &vector;
+        }
         if (inplace()) {
-          const CallBuffers b = reference.inplace_buffers(send_, rank_);
+          const CallBuffers b = reference.inplace_buffers(send_, group_rank_);
           call.send = b.send;
           call.recv = b.recv;
         }
@@ -327,7 +382,7 @@ class Runner {
     row.count = shape.count;
     row.type = buffers ? dtype_name_ : "none";
     row.redop = reducing ? redop_name_ : "none";
-    row.time_us = local[0] / size_;
+    row.time_us = local[0] / world_size_;  // averaged over every rank of every group
     if (config_.check && buffers) row.wrong = static_cast<uint64_t>(local[1]);
     row.iters = iters;
     return row;
@@ -343,9 +398,9 @@ class Runner {
 
   void prepare(const CollectiveCase& reference) {
     if (inplace()) {
-      reference.prepare_inplace(rank_, send_);
+      reference.prepare_inplace(group_rank_, send_);
     } else {
-      reference.prepare(rank_, send_, recv_);
+      reference.prepare(group_rank_, send_, recv_);
     }
   }
 
@@ -359,8 +414,8 @@ class Runner {
     }
     std::vector<Mismatch> shown;
     const size_t room = kMismatchLines - std::min(kMismatchLines, mismatch_lines_);
-    const uint64_t wrong = inplace() ? reference.verify_inplace(rank_, send_, &shown, room)
-                                     : reference.verify(rank_, send_, recv_, &shown, room);
+    const uint64_t wrong = inplace() ? reference.verify_inplace(group_rank_, send_, &shown, room)
+                                     : reference.verify(group_rank_, send_, recv_, &shown, room);
     for (const Mismatch& m : shown) {
       fmt::print(stderr,
                  "nodecomm-bench: rank {}: wrong result of {} at size {} ({}{}): {} element {}: "
@@ -375,8 +430,12 @@ class Runner {
 
   Backend& backend_;
   const Config& config_;
-  const int rank_;
-  const int size_;
+  const int rank_;  // in the world: for messages, and the split's color and key
+  const int world_size_;
+  // In the group the collective runs in (the world without --comm split:K): shapes,
+  // references and roots are the group's. Set in run(), once the group exists.
+  int group_rank_ = 0;
+  int size_ = 1;
   Buffers buffers_;
   const std::string_view op_name_;
   const std::string dtype_name_;

@@ -18,7 +18,7 @@ struct Config {
   Collective collective = Collective::kAllreduce;
   nc_dtype_t dtype = NC_F32;
   nc_redop_t redop = NC_SUM;  // reducing collectives only
-  int root = 0;               // rooted collectives only; checked against the world size in run()
+  int root = 0;  // rooted collectives only; checked against the (smallest) group in run()
   // Requested bytes, each a positive multiple of the element size; each becomes one row with
   // nccl-tests' shape for it (shape_for_bytes). Barrier runs one row of size 0 regardless.
   std::vector<size_t> sizes;
@@ -30,7 +30,15 @@ struct Config {
   bool check = false;
   bool inplace = false;
   std::string json_path;  // empty: no JSON
+  // --comm split:K: the collective runs in K groups, world rank r in group r % K (ordered by
+  // world rank). 0: on the world (--comm world).
+  int split_groups = 0;
 };
+
+// "world" (0) or "split:K" with K >= 1 (K); empty on anything else.
+std::optional<int> parse_comm(std::string_view text);
+// How --comm is spelt in the report: "world" or "split:K".
+std::string comm_name(int split_groups);
 
 // "8", "16396", "64M", "1g": bytes, K/M/G being powers of 1024. Empty on anything else,
 // including zero and anything above kMaxBytes (a typo, not a size anyone can allocate twice).
@@ -56,7 +64,8 @@ inline constexpr uint64_t kTimedBudget = 2ull << 30;
 inline constexpr uint64_t kWarmupBudget = 512ull << 20;
 
 // Runs the benchmark and returns the exit code: 0, 1 when results were wrong or setup failed
-// on some rank, 2 for a root outside the world, or a Rejection's code. Those outcomes are known to
+// on some rank, 2 for a root outside the smallest group (the world) or more groups than ranks,
+// or a Rejection's code. Those outcomes are known to
 // every rank alike, so the backend may be finalized normally. Throws (BackendError,
 // std::runtime_error) when this rank failed on its own, with the size and iteration in the message.
 int run(Backend& backend, const Config& config);

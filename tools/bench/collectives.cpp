@@ -28,12 +28,16 @@ std::string_view collective_name(Collective collective) {
       return "alltoall";
     case Collective::kBarrier:
       return "barrier";
+    case Collective::kAllgatherv:
+      return "allgatherv";
+    case Collective::kAlltoallv:
+      return "alltoallv";
   }
   return "?";
 }
 
 std::optional<Collective> parse_collective(std::string_view name) {
-  for (Collective c : kAllCollectives) {
+  for (Collective c : kBenchCollectives) {
     if (collective_name(c) == name) return c;
   }
   return std::nullopt;
@@ -41,7 +45,7 @@ std::optional<Collective> parse_collective(std::string_view name) {
 
 std::string collective_names() {
   std::string out;
-  for (Collective c : kAllCollectives) {
+  for (Collective c : kBenchCollectives) {
     if (!out.empty()) out += ' ';
     out += collective_name(c);
   }
@@ -63,8 +67,51 @@ bool has_buffers(Collective collective) {
 }
 
 bool supports_inplace(Collective collective) {
-  return collective != Collective::kAlltoall && collective != Collective::kBarrier;
+  return collective != Collective::kAlltoall && collective != Collective::kBarrier &&
+         !is_vector(collective);
 }
+
+bool is_vector(Collective collective) {
+  return collective == Collective::kAllgatherv || collective == Collective::kAlltoallv;
+}
+
+size_t vector_count(Collective collective, size_t count, int src, int dst) {
+  const int step = collective == Collective::kAlltoallv ? (src + dst) % 3 : src % 3;
+  return step == 0 ? (count > 0 ? count - 1 : 0) : count + static_cast<size_t>(step - 1);
+}
+
+namespace {
+// The send and receive displacements of a vector collective (CollectiveCase's layout), as
+// n x n tables: send[s * n + d], recv[d * n + s]. Also the buffer sizes and moved elements
+// into `shape`, when not null.
+void vector_layout(Collective collective, size_t count, size_t n, std::vector<size_t>* send,
+                   std::vector<size_t>* recv, Shape* shape) {
+  send->assign(n * n, 0);
+  recv->assign(n * n, 0);
+  std::vector<size_t> sent(n, 0), received(n, 0);  // data elements per rank
+  for (size_t s = 0; s < n; ++s) {
+    for (size_t d = 0; d < n; ++d) {
+      const size_t k = vector_count(collective, count, static_cast<int>(s), static_cast<int>(d));
+      // allgatherv sends the same run to everyone; alltoallv packs its runs in rank order.
+      if (collective == Collective::kAlltoallv) {
+        (*send)[s * n + d] = sent[s];
+        sent[s] += k;
+      } else {
+        sent[s] = k;
+      }
+      // Runs arrive in source order (s is the outer loop), each followed by its gap.
+      (*recv)[d * n + s] = received[d] + s;
+      received[d] += k;
+    }
+  }
+  if (shape == nullptr) return;
+  for (size_t r = 0; r < n; ++r) {
+    shape->send_elems = std::max(shape->send_elems, sent[r]);
+    shape->recv_elems = std::max(shape->recv_elems, received[r] + n);
+    shape->moved_elems = std::max({shape->moved_elems, sent[r], received[r]});
+  }
+}
+}  // namespace
 
 Shape shape_of(Collective collective, size_t count, int world_size) {
   const size_t n = static_cast<size_t>(std::max(world_size, 1));
@@ -95,10 +142,17 @@ Shape shape_of(Collective collective, size_t count, int world_size) {
     case Collective::kAlltoall:
       s.send_elems = s.recv_elems = count * n;
       break;
+    case Collective::kAllgatherv:
+    case Collective::kAlltoallv: {
+      std::vector<size_t> send, recv;
+      vector_layout(collective, count, n, &send, &recv, &s);
+      break;
+    }
     case Collective::kBarrier:
       s.count = 0;
       break;
   }
+  if (!is_vector(collective)) s.moved_elems = std::max(s.send_elems, s.recv_elems);
   s.inplace_elems = supports_inplace(collective) ? std::max(s.send_elems, s.recv_elems) : 0;
   return s;
 }
@@ -121,7 +175,7 @@ Shape shape_for_bytes(Collective collective, size_t bytes, size_t element, int w
 }
 
 size_t reported_bytes(const Shape& shape, size_t element) {
-  return std::max(shape.send_elems, shape.recv_elems) * element;
+  return shape.moved_elems * element;
 }
 
 double busbw_factor(Collective collective, int world_size) {
@@ -134,6 +188,8 @@ double busbw_factor(Collective collective, int world_size) {
     case Collective::kAlltoall:
     case Collective::kGather:
     case Collective::kScatter:
+    case Collective::kAllgatherv:
+    case Collective::kAlltoallv:
       return (n - 1) / n;
     case Collective::kBroadcast:
     case Collective::kReduce:
@@ -168,6 +224,42 @@ CollectiveCase::CollectiveCase(Collective collective, nc_dtype_t dtype, nc_redop
     throw std::invalid_argument(fmt::format("root {} of {} is not a rank in [0, {})", root,
                                             collective_name(collective), world_size_));
   }
+  if (is_vector(collective)) {
+    vector_layout(collective, count, static_cast<size_t>(world_size_), &send_displs_, &recv_displs_,
+                  nullptr);
+  }
+}
+
+CollectiveCase::VectorArgs CollectiveCase::vector_args(int rank) const {
+  VectorArgs a;
+  if (!is_vector(collective_)) return a;
+  const size_t n = static_cast<size_t>(world_size_);
+  const size_t r = static_cast<size_t>(rank);
+  for (size_t p = 0; p < n; ++p) {
+    const int peer = static_cast<int>(p);
+    a.send_counts.push_back(vector_count(collective_, shape_.count, rank, peer));
+    a.send_displs.push_back(send_displs_[r * n + p]);
+    a.recv_counts.push_back(vector_count(collective_, shape_.count, peer, rank));
+    a.recv_displs.push_back(recv_displs_[r * n + p]);
+  }
+  a.send_count = a.send_counts.empty() ? 0 : a.send_counts[0];
+  return a;
+}
+
+// Element j of rank d's receive buffer: inside the run from rank s (the last run starting at
+// or before j), a gap, or the unused tail.
+CollectiveCase::Want CollectiveCase::want_recv_vector(int rank, size_t j) const {
+  const size_t n = static_cast<size_t>(world_size_);
+  const size_t d = static_cast<size_t>(rank);
+  const auto row = recv_displs_.begin() + static_cast<std::ptrdiff_t>(d * n);
+  const auto next = std::upper_bound(row, row + static_cast<std::ptrdiff_t>(n), j);
+  if (next == row) return {Want::kPoison};
+  const size_t s = static_cast<size_t>(next - row) - 1;
+  const size_t offset = j - row[static_cast<std::ptrdiff_t>(s)];
+  if (offset >= vector_count(collective_, shape_.count, static_cast<int>(s), rank)) {
+    return {Want::kPoison};
+  }
+  return {Want::kInput, static_cast<int>(s), send_displs_[s * n + d] + offset};
 }
 
 bool CollectiveCase::defined() const {
@@ -207,6 +299,9 @@ CollectiveCase::Want CollectiveCase::want_recv(int rank, size_t j) const {
     case Collective::kAlltoall:
       // Block i of my receive buffer is block r of rank i's send buffer.
       return {Want::kInput, static_cast<int>(j / c), r * c + j % c};
+    case Collective::kAllgatherv:
+    case Collective::kAlltoallv:
+      return want_recv_vector(rank, j);
     case Collective::kBarrier:
       break;
   }
@@ -231,6 +326,8 @@ CollectiveCase::Want CollectiveCase::want_inplace_before(int rank, size_t k) con
     case Collective::kGather:
       return k / c == r ? Want{Want::kInput, rank, k % c} : Want{Want::kPoison};
     case Collective::kAlltoall:
+    case Collective::kAllgatherv:
+    case Collective::kAlltoallv:
     case Collective::kBarrier:
       break;
   }
@@ -261,6 +358,8 @@ CollectiveCase::Want CollectiveCase::want_inplace_after(int rank, size_t k) cons
       return rank == root_ || k / c == r ? Want{Want::kInput, root_, k}
                                          : want_inplace_before(rank, k);
     case Collective::kAlltoall:
+    case Collective::kAllgatherv:
+    case Collective::kAlltoallv:
     case Collective::kBarrier:
       break;
   }

@@ -29,24 +29,44 @@ enum class Collective {
   kScatter,
   kAlltoall,
   kBarrier,
+  // Per-rank counts (vector_count()); nodecomm-bench only so far, hence not in
+  // kAllCollectives, which tests/integration/collectives_check runs as "all".
+  kAllgatherv,
+  kAlltoallv,
 };
 
+// The collectives with one count for all ranks.
 inline constexpr std::array<Collective, 9> kAllCollectives = {
     Collective::kAllreduce,     Collective::kReduce,    Collective::kBroadcast,
     Collective::kReduceScatter, Collective::kAllgather, Collective::kGather,
     Collective::kScatter,       Collective::kAlltoall,  Collective::kBarrier};
+// kAllCollectives and the vector ("v") collectives: everything --op accepts.
+inline constexpr std::array<Collective, 11> kBenchCollectives = {
+    Collective::kAllreduce,     Collective::kReduce,    Collective::kBroadcast,
+    Collective::kReduceScatter, Collective::kAllgather, Collective::kAllgatherv,
+    Collective::kGather,        Collective::kScatter,   Collective::kAlltoall,
+    Collective::kAlltoallv,     Collective::kBarrier};
 
 // "allreduce", "reduce_scatter", ... as the --op flags spell them.
 std::string_view collective_name(Collective collective);
-std::optional<Collective> parse_collective(std::string_view name);
+std::optional<Collective> parse_collective(std::string_view name);  // any of kBenchCollectives
 // All names, space separated, for help texts and error messages.
 std::string collective_names();
 
 bool is_reducing(Collective collective);  // takes a redop
 bool has_root(Collective collective);
 bool has_buffers(Collective collective);  // false for barrier
-// Whether an in-place form exists (nodecomm.h): not for alltoall, and barrier has no buffers.
+// Whether an in-place form exists (nodecomm.h): not for alltoall, allgatherv and alltoallv,
+// and barrier has no buffers.
 bool supports_inplace(Collective collective);
+// allgatherv and alltoallv: counts and displacements per rank (CollectiveCase::vector_args).
+bool is_vector(Collective collective);
+
+// How many elements rank `src` sends rank `dst` in a vector collective whose count argument
+// (nominal per-rank count) is `count`: count - 1, count or count + 1 by a fixed pattern, so
+// that runs really differ in length and some are empty at count 1 (allgatherv: by src alone,
+// count + src % 3 - 1; alltoallv: count + (src + dst) % 3 - 1; never below 0).
+size_t vector_count(Collective collective, size_t count, int src, int dst);
 
 // Element counts of one call, as nccl-tests' getCollByteCount defines them.
 struct Shape {
@@ -54,6 +74,9 @@ struct Shape {
   size_t send_elems = 0;     // each rank's send buffer, out of place
   size_t recv_elems = 0;     // each rank's receive buffer, out of place
   size_t inplace_elems = 0;  // the one buffer of a rank, in place
+  // The larger of the elements a rank sends and receives, at most over ranks: send_elems and
+  // recv_elems but for the vector collectives, whose buffers also hold gaps (CollectiveCase).
+  size_t moved_elems = 0;
   // In place, rank r passes send = buffer + r * send_step and recv = buffer + r * recv_step
   // (nccl-tests' sendInplaceOffset/recvInplaceOffset, which match nodecomm.h's conventions at
   // the root and are harmless elsewhere).
@@ -66,11 +89,13 @@ Shape shape_of(Collective collective, size_t count, int world_size);
 // nccl-tests' setupArgs for a requested size: count = bytes / element, and for the collectives
 // whose count argument is per rank, count / world_size of it (at least one element).
 Shape shape_for_bytes(Collective collective, size_t bytes, size_t element, int world_size);
-// nccl-tests' "size" column: the larger of the send and receive buffer, in bytes.
+// nccl-tests' "size" column: the larger of the send and receive buffer, in bytes (for the
+// vector collectives, of the data in them: moved_elems).
 size_t reported_bytes(const Shape& shape, size_t element);
 
 // nccl-tests' bus-bandwidth factor: 2(n-1)/n for allreduce, (n-1)/n for reduce_scatter,
-// allgather, alltoall, gather and scatter, 1 for broadcast and reduce, 0 for barrier.
+// allgather, alltoall, gather and scatter (and allgatherv, alltoallv), 1 for broadcast and
+// reduce, 0 for barrier.
 double busbw_factor(Collective collective, int world_size);
 
 // Pointers into a rank's buffers for one call.
@@ -99,6 +124,14 @@ class CollectiveCase {
   size_t element_bytes() const { return element_; }
   // False where the result is undefined by design (avg on integer types, reductions only).
   bool defined() const;
+
+  // The count and displacement arguments of rank `rank` in a vector collective (nodecomm.h's
+  // nc_allgatherv: send_count, recv_counts, recv_displs; nc_alltoallv: the four arrays).
+  struct VectorArgs {
+    size_t send_count = 0;
+    std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  };
+  VectorArgs vector_args(int rank) const;
 
   // In place: where rank `rank` points send and recv inside its one buffer.
   CallBuffers inplace_buffers(void* buffer, int rank) const;
@@ -133,6 +166,7 @@ class CollectiveCase {
                    Want (CollectiveCase::*want)(int, size_t) const, int rank,
                    std::vector<Mismatch>* recorded, size_t record_limit) const;
   Want want_send(int rank, size_t j) const;
+  Want want_recv_vector(int rank, size_t j) const;
 
   Collective collective_;
   nc_dtype_t dtype_;
@@ -142,6 +176,10 @@ class CollectiveCase {
   size_t element_;
   Shape shape_;
   Pattern pattern_;
+  // Vector collectives only, world_size_ x world_size_: send_displs_[s * n + d] (where rank s
+  // sends from to rank d) and recv_displs_[d * n + s] (where rank d receives rank s's run).
+  std::vector<size_t> send_displs_;
+  std::vector<size_t> recv_displs_;
 };
 
 }  // namespace nodecomm::bench

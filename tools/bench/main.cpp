@@ -64,6 +64,7 @@ struct Flags {
   std::string backend = "nodecomm";
   bool inplace = false;
   bool no_arena = false;
+  std::string comm = "world";
 };
 
 // Everything a bad flag can be is found here, before any backend starts, so that it is one
@@ -81,6 +82,16 @@ Config to_config(const Flags& f, const CLI::App& app) {
     throw CLI::ValidationError("--inplace",
                                "alltoall has no in-place form (send and recv must not overlap)");
   }
+  if (f.inplace && nodecomm::bench::is_vector(c.collective)) {
+    throw CLI::ValidationError("--inplace",
+                               fmt::format("{} has no in-place form (not supported)", f.op));
+  }
+  const auto split_groups = nodecomm::bench::parse_comm(f.comm);
+  if (!split_groups) {
+    throw CLI::ValidationError("--comm",
+                               fmt::format("'{}' is not world or split:K with K >= 1", f.comm));
+  }
+  c.split_groups = *split_groups;
   if (nc_dtype_parse(f.dtype.c_str(), &c.dtype) != NC_OK) {
     throw CLI::ValidationError(
         "--dtype", fmt::format("unknown dtype '{}' (one of: {})", f.dtype, names(&nc_dtype_name)));
@@ -120,13 +131,18 @@ int bench_main(int argc, char** argv) {
       "mpirun. Rank 0 prints the table; times are per iteration, averaged over ranks.\n"
       "Sizes, counts and busbw follow nccl-tests: `size` is the larger of the send and\n"
       "receive buffer, `count` the count argument of the call (per rank for\n"
-      "reduce_scatter, allgather, gather, scatter and alltoall).",
+      "reduce_scatter, allgather, gather, scatter and alltoall; nominal per rank for\n"
+      "allgatherv and alltoallv, whose runs are count-1, count or count+1 elements).",
       "nodecomm-bench"};
   Flags f;
   // Checked in to_config, so that a bad name is one line naming every valid one.
   app.add_option("--op", f.op,
-                 "Collective: allreduce reduce broadcast reduce_scatter allgather gather scatter "
-                 "alltoall barrier")
+                 "Collective: allreduce reduce broadcast reduce_scatter allgather allgatherv "
+                 "gather scatter alltoall alltoallv barrier")
+      ->capture_default_str();
+  app.add_option("--comm", f.comm,
+                 "Where the collective runs: world, or split:K for K groups made by a split "
+                 "(color world_rank % K, key world_rank); sizes, roots and busbw are the group's")
       ->capture_default_str();
   app.add_option("--root", f.root, "Root rank of reduce, broadcast, gather and scatter")
       ->check(CLI::Range(0, INT32_MAX))
@@ -165,8 +181,8 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::IsMember({"nodecomm", "mpi"}))
       ->capture_default_str();
   app.add_flag("--inplace", f.inplace,
-               "In place, as nodecomm.h documents per collective (not for alltoall; ignored for "
-               "barrier)");
+               "In place, as nodecomm.h documents per collective (not for alltoall, allgatherv "
+               "and alltoallv; ignored for barrier)");
   app.add_flag("--no-arena", f.no_arena,
                "nodecomm: malloc'd buffers, which the library copies through its arena, "
                "instead of nc_alloc'd ones");

@@ -18,10 +18,13 @@ Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
 void Report::header() {
   fmt::print(table_,
              "# nodecomm-bench: op {}, backend {}, {} rank{} ({} node{} x {}), root {}, iters {}, "
-             "warmup {}, {}\n",
+             "warmup {}, {}, comm {}\n",
              info_.op, info_.backend, info_.world_size, info_.world_size == 1 ? "" : "s",
              info_.nodes, info_.nodes == 1 ? "" : "s", info_.ranks_per_node, info_.root,
-             info_.iters, info_.warmup, info_.inplace ? "in-place" : "out-of-place");
+             info_.iters, info_.warmup, info_.inplace ? "in-place" : "out-of-place",
+             info_.comm == "world" ? info_.comm
+                                   : fmt::format("{} (rank 0's group: {} rank{})", info_.comm,
+                                                 info_.comm_size, info_.comm_size == 1 ? "" : "s"));
   fmt::print(table_, "# buffers: {}, check: {}\n", info_.buffers, info_.check ? "on" : "off");
   if (!info_.reduced_note.empty()) fmt::print(table_, "# {}\n", info_.reduced_note);
   fmt::print(table_, "#\n");
@@ -31,7 +34,8 @@ void Report::header() {
 }
 
 void Report::row(const Row& row) {
-  const Bandwidth bw = bandwidth(info_.collective, row.bytes, row.time_us, info_.world_size);
+  // busbw is the group's: the data each rank moves depends on how many ranks it runs with.
+  const Bandwidth bw = bandwidth(info_.collective, row.bytes, row.time_us, info_.comm_size);
   fmt::print(table_, "{:>12}{:>13}{:>7}{:>7}{:>12.2f}{:>13.2f}{:>13.2f}{:>8}\n", row.bytes,
              row.count, row.type, row.redop, row.time_us, bw.algbw_gbs, bw.busbw_gbs,
              row.wrong ? fmt::to_string(*row.wrong) : std::string("N/A"));
@@ -59,6 +63,8 @@ void Report::row(const Row& row) {
       {"ranks_per_node", info_.ranks_per_node},
       {"inplace", info_.inplace},
       {"iters", row.iters},
+      {"comm", info_.comm},
+      {"comm_size", info_.comm_size},
   };
   *json_ << j.dump() << '\n';
   json_->flush();

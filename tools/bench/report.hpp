@@ -18,6 +18,8 @@ struct RunInfo {
   int root = -1;  // -1 for collectives without a root, as nccl-tests prints it
   std::string backend;
   int world_size = 1;
+  std::string comm = "world";  // --comm: "world" or "split:K"
+  int comm_size = 1;           // ranks in rank 0's group (the world's size without a split)
   int nodes = 1;
   int ranks_per_node = 1;
   int iters = 0;  // as requested; a row may use fewer (see Row::iters)
