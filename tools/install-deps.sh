@@ -9,7 +9,7 @@ PACKAGES=(
   libboost-dev libhwloc-dev libnuma-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libhwy-dev libxxhash-dev
-  iproute2 procps
+  iproute2 procps util-linux gnuplot-nox
 )
 
 missing=()
