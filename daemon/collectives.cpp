@@ -167,6 +167,62 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
   return total;
 }
 
+// The transport's callbacks for one allreduce: the node's contribution to a range is reduced
+// from the members' send buffers just before the range goes out, and a finished range is
+// delivered to every member at once, so both overlap the network. A member that vanishes
+// mid-way marks the operation, which then fails instead of delivering a partial sum.
+AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s) {
+  AllreduceHooks hooks;
+  auto* staging = static_cast<uint8_t*>(op.staging.data);
+  Job* job = &ctx.job;
+  const CommLayout* lay = &ctx.comm.layout();
+  Operation* operation = &op;
+  const auto all_alive = [job, lay, operation] {
+    const Members m{*job, *lay, *operation};
+    for (size_t k = 0; k < m.count(); ++k) {
+      if (!m.alive(k)) return false;
+    }
+    return true;
+  };
+  hooks.prepare = [=](size_t first, size_t count) {
+    if (!all_alive()) {
+      operation->member_lost_midway = true;
+      return;
+    }
+    reduce_members(Members{*job, *lay, *operation}, s, staging + first * s.wire_elem, count,
+                   first);
+  };
+  // avg and f16/bf16 need the range in f32 once more: the staging copy may still be on its
+  // way to the next node, so it is never changed in place.
+  auto scratch = std::make_shared<std::vector<uint8_t>>();
+  hooks.done = [=](size_t first, size_t count) {
+    if (!all_alive()) {
+      operation->member_lost_midway = true;
+      return;
+    }
+    const Members m{*job, *lay, *operation};
+    const uint8_t* in = staging + first * s.wire_elem;
+    uint8_t* result = m.recv(0) + first * s.elem;
+    if (s.widen && s.average) {
+      scratch->assign(in, in + count * s.wire_elem);
+      divide_by(s.wire, scratch->data(), count, s.size);
+      narrow_from_f32(s.dtype, result, reinterpret_cast<const float*>(scratch->data()), count);
+    } else if (s.widen) {
+      narrow_from_f32(s.dtype, result, reinterpret_cast<const float*>(in), count);
+    } else {
+      copy_out(result, in, count * s.elem);
+      if (s.average) divide_by(s.dtype, result, count, s.size);
+    }
+    for (size_t k = 1; k < m.count(); ++k) copy_out(m.recv(k) + first * s.elem, result, count * s.elem);
+  };
+  StagingPool* pool = &ctx.staging;
+  hooks.scratch = [pool, operation](size_t bytes) {
+    operation->staging2 = pool->acquire(std::max<size_t>(bytes, 1));
+    return operation->staging2.data;
+  };
+  return hooks;
+}
+
 }  // namespace
 
 bool stage_in(CollectiveContext& ctx, Operation& op) {
@@ -187,7 +243,8 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
         }
         return true;
       }
-      reduce_members(m, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
+      // The transport asks for the node's contribution range by range (allreduce_hooks).
+      acquire(ctx, op.staging, s.count * s.wire_elem);
       return false;
     case Collective::kReduce:
       reduce_members(m, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);
@@ -286,7 +343,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
   std::vector<int> displs;
   switch (s.collective) {
     case Collective::kAllreduce:
-      return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op);
+      return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op,
+                               allreduce_hooks(ctx, op, s));
     case Collective::kReduce:
       return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node);
     case Collective::kReduceScatter: {
@@ -358,15 +416,8 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
   const size_t first = lay.first_position();
   auto* staging = static_cast<uint8_t*>(op.staging.data);
   switch (s.collective) {
-    case Collective::kAllreduce: {
-      // Round once into the first member's buffer, then copy the final bytes to the others.
-      uint8_t* result = m.recv(0);
-      finish_reduction(s, staging, result, s.count);
-      for (size_t k = 1; k < m.count(); ++k) {
-        if (m.alive(k)) copy_out(m.recv(k), result, block);
-      }
-      break;
-    }
+    case Collective::kAllreduce:
+      break;  // delivered range by range as the transport finished them (allreduce_hooks)
     case Collective::kReduce:
       if (const int root = m.root(s); root >= 0 && m.alive(root)) {
         finish_reduction(s, staging, m.recv(root), s.count);

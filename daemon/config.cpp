@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -46,6 +47,9 @@ DaemonConfig parse_config(int argc, char** argv) {
   std::string max_arena = "16G";
   std::string staging_cache = "1G";
   std::string log_level = "info";
+  std::string algorithm = "auto";
+  std::string small_bytes = std::to_string(c.tuning.small_bytes);
+  std::string chunk_bytes = std::to_string(c.tuning.chunk_bytes);
   app.add_option("--instance", c.instance,
                  "Instance name; '{node}' is replaced by the node index (MPI rank)")
       ->capture_default_str();
@@ -72,8 +76,34 @@ DaemonConfig parse_config(int argc, char** argv) {
   app.add_option("--log-level", log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->capture_default_str();
+  app.add_option("--allreduce-algorithm", algorithm,
+                 "Inter-node allreduce: auto (rd up to --small-bytes, ring above), ring, rd "
+                 "(recursive doubling) or mpi (MPI_Iallreduce)")
+      ->check(CLI::IsMember({"auto", "ring", "rd", "recursive-doubling", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--small-bytes", small_bytes,
+                 "auto: allreduces of at most this many bytes use recursive doubling")
+      ->capture_default_str();
+  app.add_option("--chunk-size", chunk_bytes, "Ring slice size in bytes (K, M suffixes)")
+      ->capture_default_str();
+  app.add_option("--pipeline-depth", c.tuning.pipeline_depth, "Ring slices in flight per node")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  app.add_option("--endpoints", c.tuning.endpoints,
+                 "Lanes (MPI communicators) the ring spreads its slices over, like MLSL's epNum")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  app.add_option("--lanes", c.lanes,
+                 "Lanes opened at start; --endpoints can later use at most this many")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
+    c.tuning.allreduce = parse_algorithm(algorithm);
+    c.tuning.small_bytes = parse_bytes(small_bytes);
+    c.tuning.chunk_bytes = parse_bytes(chunk_bytes);
+    if (c.tuning.chunk_bytes == 0) throw CLI::ValidationError("--chunk-size", "must be > 0");
+    c.lanes = std::max(c.lanes, c.tuning.endpoints);
     if (!proto::is_power_of_two(c.ring_capacity)) {
       throw CLI::ValidationError("--ring-capacity", "must be a power of two");
     }

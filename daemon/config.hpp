@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "allreduce_algorithms.hpp"
 #include "log.hpp"
 
 namespace nodecomm::daemon {
@@ -19,6 +20,10 @@ struct DaemonConfig {
   uint32_t ring_capacity = 256;
   uint64_t staging_cache_bytes = 1ULL << 30;
   LogLevel log_level = LogLevel::kInfo;
+  // Inter-node algorithms; `lanes` (duplicated communicators per node group) is fixed at
+  // start, tuning.endpoints may use fewer of them.
+  AlgorithmTuning tuning;
+  uint32_t lanes = 4;
 };
 
 // Parses argv. On --help prints usage and exits 0; on a bad flag prints one line to stderr

@@ -258,6 +258,13 @@ void Engine::finish(Job& job, Communicator& comm, Operation& op) {
   } else {
     stage_out(ctx, op);
   }
+  if (op.member_lost_midway) {
+    complete(job, comm, op, Status::kPeerLost,
+             fmt::format("{} seq {} cannot complete: a member of comm {} was lost while its "
+                         "buffers were in use",
+                         describe_submission(op.first()), op.seq, comm.id()));
+    return;
+  }
   complete(job, comm, op, Status::kOk, {});
 }
 

@@ -45,6 +45,8 @@ struct Operation {
   };
   std::vector<SplitResult> split_results;
   int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
+  // A member vanished while the transport was still reading or delivering its ranges.
+  bool member_lost_midway = false;
 
   const proto::OpDescriptor& first() const;
 };

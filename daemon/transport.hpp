@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce_algorithms.hpp"
 #include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::daemon {
@@ -37,11 +38,14 @@ class Transport {
   virtual uint32_t node_count() const = 0;
   virtual std::string name() const = 0;
 
-  // Reduces `count` elements of `buffer` in place across all nodes. `buffer` must stay valid
-  // and untouched until test() reports completion. Operations are matched across nodes by
-  // the order in which they are started, so every daemon must start them in the same order.
+  // Reduces `count` elements of `buffer` in place across all nodes, with the algorithm the
+  // tuning picks. The transport calls hooks.prepare for every range before it reads it and
+  // hooks.done once a range holds the result (see allreduce_algorithms.hpp); `buffer` must
+  // stay valid until test() reports completion. Operations are matched across nodes by the
+  // order in which they are started, so every daemon must start them in the same order.
   virtual TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count,
-                                          proto::DType dtype, proto::RedOp op) = 0;
+                                          proto::DType dtype, proto::RedOp op,
+                                          const AllreduceHooks& hooks) = 0;
   // Reduces `count` elements of `buffer` across all nodes into `buffer` on `root_node`.
   virtual TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count,
                                        proto::DType dtype, proto::RedOp op, uint32_t root_node) = 0;
@@ -85,13 +89,22 @@ class Transport {
   virtual bool test(TransportHandle handle) = 0;
   // Operations started and not yet reported complete.
   virtual size_t in_flight() const = 0;
+  // Algorithm parameters for operations started from now on.
+  virtual void set_tuning(const AlgorithmTuning& tuning) { tuning_ = tuning; }
+  const AlgorithmTuning& tuning() const { return tuning_; }
+  // Lanes (endpoints) this transport opened to every peer: the most tuning.endpoints can use.
+  virtual uint32_t lanes() const { return 1; }
+
+ protected:
+  AlgorithmTuning tuning_;
 };
 
 // A single node: every operation is complete as soon as it starts.
 std::unique_ptr<Transport> make_loopback_transport();
 
 // Initialises MPI (MPI_THREAD_MULTIPLE, see start_split_groups) and returns a transport over
-// MPI_COMM_WORLD, one rank per node. Finalizes MPI when destroyed.
-std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv);
+// MPI_COMM_WORLD, one rank per node, with `lanes` duplicated communicators per node group for
+// the point-to-point algorithms. Finalizes MPI when destroyed.
+std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv, uint32_t lanes);
 
 }  // namespace nodecomm::daemon

@@ -5,12 +5,15 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "allreduce_algorithms.hpp"
+#include "p2p.hpp"
 #include "transport.hpp"
 
 namespace nodecomm::daemon {
@@ -59,9 +62,159 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<size_t>(len));
 }
 
+void check_mpi(int code, const char* what, uint32_t node) {
+  if (code != MPI_SUCCESS) {
+    throw TransportError(fmt::format("{} on node {}: {}", what, node, mpi_error_text(code)));
+  }
+}
+
+// Outstanding point-to-point requests of every group, advanced together by one
+// MPI_Testsome per poll: one trip through Open MPI's progress engine, however many slices
+// are in flight.
+class RequestTable {
+ public:
+  explicit RequestTable(uint32_t node) : node_(node) {}
+  ~RequestTable() {
+    for (MPI_Request& r : active_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+  RequestTable(const RequestTable&) = delete;
+  RequestTable& operator=(const RequestTable&) = delete;
+
+  P2pRequest add(MPI_Request request) {
+    active_.push_back(request);
+    ids_.push_back(next_);
+    return next_++;
+  }
+  void poll() {
+    if (active_.empty()) return;
+    int completed = 0;
+    indices_.resize(active_.size());
+    check_mpi(MPI_Testsome(static_cast<int>(active_.size()), active_.data(), &completed,
+                           indices_.data(), MPI_STATUSES_IGNORE),
+              "MPI_Testsome", node_);
+    if (completed == MPI_UNDEFINED || completed == 0) return;
+    for (int i = 0; i < completed; ++i) finished_.push_back(ids_[static_cast<size_t>(indices_[i])]);
+    // MPI set the finished entries to MPI_REQUEST_NULL: drop them, keeping the order.
+    size_t kept = 0;
+    for (size_t i = 0; i < active_.size(); ++i) {
+      if (active_[i] == MPI_REQUEST_NULL) continue;
+      active_[kept] = active_[i];
+      ids_[kept++] = ids_[i];
+    }
+    active_.resize(kept);
+    ids_.resize(kept);
+  }
+  bool done(P2pRequest id) {
+    auto it = std::find(finished_.begin(), finished_.end(), id);
+    if (it == finished_.end()) return false;
+    *it = finished_.back();
+    finished_.pop_back();
+    return true;
+  }
+  size_t outstanding() const { return active_.size(); }
+
+ private:
+  uint32_t node_;
+  P2pRequest next_ = 1;
+  std::vector<MPI_Request> active_;
+  std::vector<P2pRequest> ids_;
+  std::vector<int> indices_;
+  std::vector<P2pRequest> finished_;
+};
+
+// Point-to-point over one node group: lane i is the group's i-th duplicated communicator.
+class MpiPointToPoint final : public PointToPoint {
+ public:
+  MpiPointToPoint(RequestTable& table, std::vector<MPI_Comm> lanes, int max_tag, uint32_t node)
+      : table_(table), lanes_(std::move(lanes)), max_tag_(max_tag), node_(node) {
+    int rank = 0;
+    int size = 1;
+    MPI_Comm_rank(lanes_.front(), &rank);
+    MPI_Comm_size(lanes_.front(), &size);
+    rank_ = static_cast<uint32_t>(rank);
+    size_ = static_cast<uint32_t>(size);
+  }
+  uint32_t rank() const override { return rank_; }
+  uint32_t size() const override { return size_; }
+  uint32_t lanes() const override { return static_cast<uint32_t>(lanes_.size()); }
+  int max_tag() const override { return max_tag_; }
+  P2pRequest isend(uint32_t lane, uint32_t peer, int tag, const void* data,
+                   size_t bytes) override {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check_mpi(MPI_Isend(data, message_bytes(bytes), MPI_BYTE, static_cast<int>(peer), tag,
+                        lanes_.at(lane), &r),
+              "MPI_Isend", node_);
+    return table_.add(r);
+  }
+  P2pRequest irecv(uint32_t lane, uint32_t peer, int tag, void* data, size_t bytes) override {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check_mpi(MPI_Irecv(data, message_bytes(bytes), MPI_BYTE, static_cast<int>(peer), tag,
+                        lanes_.at(lane), &r),
+              "MPI_Irecv", node_);
+    return table_.add(r);
+  }
+  void poll() override { table_.poll(); }
+  bool done(P2pRequest request) override { return table_.done(request); }
+  const std::vector<MPI_Comm>& lane_comms() const { return lanes_; }
+
+ private:
+  static int message_bytes(size_t bytes) {
+    // MPI counts are int: the ring cuts messages into slices far below this.
+    if (bytes > static_cast<size_t>(INT32_MAX)) {
+      throw TransportError(fmt::format("message of {} bytes exceeds MPI's int range", bytes));
+    }
+    return static_cast<int>(bytes);
+  }
+
+  RequestTable& table_;
+  std::vector<MPI_Comm> lanes_;
+  int max_tag_;
+  uint32_t node_;
+  uint32_t rank_ = 0;
+  uint32_t size_ = 1;
+};
+
+// MPI_Iallreduce on the whole buffer, kept selectable so comparisons with Open MPI's own
+// algorithms stay honest.
+class MpiAllreduce final : public AllreduceAlgorithm {
+ public:
+  MpiAllreduce(MPI_Comm comm, const AllreduceSpec& spec, const AllreduceHooks& hooks,
+               uint32_t node)
+      : spec_(spec), hooks_(hooks), node_(node) {
+    if (spec.count > static_cast<size_t>(INT32_MAX)) {
+      throw TransportError(fmt::format("count {} exceeds MPI's int range", spec.count));
+    }
+    if (spec.count > 0) hooks.prepare(0, spec.count);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, spec.buffer, static_cast<int>(spec.count),
+                             to_mpi(spec.dtype), to_mpi(spec.op), comm, &request_),
+              "MPI_Iallreduce", node);
+  }
+  ~MpiAllreduce() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Request_free(&request_);
+  }
+  MpiAllreduce(const MpiAllreduce&) = delete;
+  MpiAllreduce& operator=(const MpiAllreduce&) = delete;
+  bool progress() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "MPI_Test (allreduce)", node_);
+    if (done == 0) return false;
+    if (spec_.count > 0) hooks_.done(0, spec_.count);
+    return true;
+  }
+
+ private:
+  AllreduceSpec spec_;
+  AllreduceHooks hooks_;
+  uint32_t node_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(int* argc, char*** argv) {
+  MpiTransport(int* argc, char*** argv, uint32_t lanes) : lanes_(std::max<uint32_t>(lanes, 1)) {
     int provided = 0;
     // The engine thread makes every data call; communicator creation runs on short-lived
     // threads (see start_split_groups), which needs MPI_THREAD_MULTIPLE.
@@ -75,6 +228,13 @@ class MpiTransport final : public Transport {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     rank_ = static_cast<uint32_t>(rank);
     size_ = static_cast<uint32_t>(size);
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_ub), &found);
+    max_tag_ = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
+    tag_windows_ = std::max(1, (max_tag_ / kTagsPerOperation));
+    requests_p2p_ = std::make_unique<RequestTable>(rank_);
+    add_group(kAllNodes, MPI_COMM_WORLD, duplicate_lanes(MPI_COMM_WORLD, lanes_, &rank_));
   }
   ~MpiTransport() override {
     for (auto& [handle, job] : group_jobs_) {
@@ -86,7 +246,9 @@ class MpiTransport final : public Transport {
       }
     }
     for (auto& [handle, pending] : requests_) MPI_Request_free(&pending.request);
-    for (auto& [id, comm] : comms_) MPI_Comm_free(&comm);
+    algorithms_.clear();
+    requests_p2p_.reset();
+    for (auto& [id, group] : groups_) free_lanes_and_comm(id, group);
     MPI_Finalize();
   }
 
@@ -95,12 +257,27 @@ class MpiTransport final : public Transport {
   std::string name() const override { return "mpi"; }
 
   TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
-                                  proto::RedOp op) override {
-    Pending p;
-    check(MPI_Iallreduce(MPI_IN_PLACE, buffer, checked_count(count), to_mpi(dtype), to_mpi(op),
-                         handle_of(comm), &p.request),
-          "MPI_Iallreduce");
-    return remember(std::move(p));
+                                  proto::RedOp op, const AllreduceHooks& hooks) override {
+    Group& group = group_of(comm);
+    const AllreduceSpec spec{buffer, count, dtype, op};
+    const size_t bytes = count * proto::dtype_size(dtype);
+    // Tags are handed out in start order, which every daemon of the group shares.
+    const int tag_base = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
+    std::unique_ptr<AllreduceAlgorithm> algorithm;
+    switch (choose_allreduce(tuning_, bytes, group.net->size())) {
+      case AllreduceAlgorithmKind::kRecursiveDoubling:
+        algorithm = make_recursive_doubling_allreduce(*group.net, tag_base, spec, hooks);
+        break;
+      case AllreduceAlgorithmKind::kMpi:
+        algorithm = std::make_unique<MpiAllreduce>(group.comm, spec, hooks, rank_);
+        break;
+      default:
+        algorithm = make_ring_allreduce(*group.net, tag_base, spec, hooks, tuning_);
+        break;
+    }
+    const TransportHandle handle = next_++;
+    algorithms_.emplace(handle, std::move(algorithm));
+    return handle;
   }
 
   TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
@@ -209,9 +386,22 @@ class MpiTransport final : public Transport {
       if (!job->second->done.load(std::memory_order_acquire)) return false;
       job->second->thread.join();
       const int status = job->second->status;
-      finished_groups_.emplace(handle, std::move(job->second->made));
+      finished_groups_.emplace(handle, FinishedGroups{std::move(job->second->made),
+                                                      std::move(job->second->lanes)});
       group_jobs_.erase(job);
       check(status, "MPI_Comm_split");
+      return true;
+    }
+    if (auto algo = algorithms_.find(handle); algo != algorithms_.end()) {
+      try {
+        requests_p2p_->poll();
+        if (!algo->second->progress()) return false;
+      } catch (...) {
+        // Its hooks must never run again: the engine fails and forgets the operation.
+        algorithms_.erase(algo);
+        throw;
+      }
+      algorithms_.erase(algo);
       return true;
     }
     auto it = requests_.find(handle);
@@ -242,12 +432,22 @@ class MpiTransport final : public Transport {
     auto job = std::make_shared<GroupJob>();
     const MPI_Comm parent_comm = handle_of(parent);
     const int parent_rank = rank_in(parent);
-    job->thread = std::thread([job, parent_comm, parent_rank, include = std::move(include)] {
+    const uint32_t lanes = lanes_;
+    job->thread = std::thread([job, parent_comm, parent_rank, lanes, include = std::move(include)] {
       for (bool in : include) {
         MPI_Comm created = MPI_COMM_NULL;
         job->status = MPI_Comm_split(parent_comm, in ? 0 : MPI_UNDEFINED, parent_rank, &created);
         if (job->status != MPI_SUCCESS) break;
         job->made.push_back(created);
+        job->lanes.emplace_back();
+        if (created == MPI_COMM_NULL) continue;
+        // The group's lanes are made here too: MPI_Comm_dup blocks like the split.
+        for (uint32_t i = 0; i < lanes && job->status == MPI_SUCCESS; ++i) {
+          MPI_Comm lane = MPI_COMM_NULL;
+          job->status = MPI_Comm_dup(created, &lane);
+          if (job->status == MPI_SUCCESS) job->lanes.back().push_back(lane);
+        }
+        if (job->status != MPI_SUCCESS) break;
       }
       // release: the results written above are visible to the engine once it sees done.
       job->done.store(true, std::memory_order_release);
@@ -261,27 +461,30 @@ class MpiTransport final : public Transport {
     auto it = finished_groups_.find(handle);
     if (it == finished_groups_.end()) throw TransportError("communicator creation not finished");
     std::vector<NodeComm> ids;
-    for (MPI_Comm c : it->second) {
+    for (size_t i = 0; i < it->second.comms.size(); ++i) {
+      const MPI_Comm c = it->second.comms[i];
       if (c == MPI_COMM_NULL) {
         ids.push_back(kAllNodes);
         continue;
       }
-      MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
       ids.push_back(next_comm_);
-      comms_.emplace(next_comm_++, c);
+      add_group(next_comm_++, c, std::move(it->second.lanes[i]));
     }
     finished_groups_.erase(it);
     return ids;
   }
 
   void free_group(NodeComm comm) override {
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) return;
-    MPI_Comm_free(&it->second);
-    comms_.erase(it);
+    auto it = groups_.find(comm);
+    if (it == groups_.end() || comm == kAllNodes) return;
+    free_lanes_and_comm(comm, it->second);
+    groups_.erase(it);
   }
 
-  size_t in_flight() const override { return requests_.size() + group_jobs_.size(); }
+  size_t in_flight() const override {
+    return requests_.size() + group_jobs_.size() + algorithms_.size();
+  }
+  uint32_t lanes() const override { return lanes_; }
 
  private:
   static int checked_count(size_t count) {
@@ -304,7 +507,51 @@ class MpiTransport final : public Transport {
     std::atomic<bool> done{false};
     int status = MPI_SUCCESS;
     std::vector<MPI_Comm> made;
+    std::vector<std::vector<MPI_Comm>> lanes;  // per entry of made
   };
+  struct FinishedGroups {
+    std::vector<MPI_Comm> comms;
+    std::vector<std::vector<MPI_Comm>> lanes;
+  };
+  // The daemons of one NodeComm: the communicator for MPI collectives and the lanes (its
+  // duplicates) for the point-to-point algorithms, so the two never match each other's
+  // messages.
+  struct Group {
+    MPI_Comm comm = MPI_COMM_NULL;
+    std::unique_ptr<MpiPointToPoint> net;
+    uint64_t started = 0;  // allreduces started, for tags
+  };
+
+  static std::vector<MPI_Comm> duplicate_lanes(MPI_Comm comm, uint32_t lanes,
+                                               const uint32_t* node) {
+    std::vector<MPI_Comm> made;
+    for (uint32_t i = 0; i < lanes; ++i) {
+      MPI_Comm lane = MPI_COMM_NULL;
+      check_mpi(MPI_Comm_dup(comm, &lane), "MPI_Comm_dup (lanes)", *node);
+      made.push_back(lane);
+    }
+    return made;
+  }
+  void add_group(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes) {
+    // Errors come back as codes so a lost peer becomes a TransportError, not an abort.
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    for (MPI_Comm lane : lanes) MPI_Comm_set_errhandler(lane, MPI_ERRORS_RETURN);
+    Group g;
+    g.comm = comm;
+    g.net = std::make_unique<MpiPointToPoint>(*requests_p2p_, std::move(lanes), max_tag_, rank_);
+    groups_.emplace(id, std::move(g));
+  }
+  static void free_lanes_and_comm(NodeComm id, Group& group) {
+    if (group.net) {
+      for (MPI_Comm lane : group.net->lane_comms()) MPI_Comm_free(&lane);
+    }
+    if (id != kAllNodes) MPI_Comm_free(&group.comm);
+  }
+  Group& group_of(NodeComm comm) {
+    auto it = groups_.find(comm);
+    if (it == groups_.end()) throw TransportError(fmt::format("unknown node communicator {}", comm));
+    return it->second;
+  }
 
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -318,10 +565,9 @@ class MpiTransport final : public Transport {
   }
 
   MPI_Comm handle_of(NodeComm comm) const {
-    if (comm == kAllNodes) return MPI_COMM_WORLD;
-    auto it = comms_.find(comm);
-    if (it == comms_.end()) throw TransportError(fmt::format("unknown node communicator {}", comm));
-    return it->second;
+    auto it = groups_.find(comm);
+    if (it == groups_.end()) throw TransportError(fmt::format("unknown node communicator {}", comm));
+    return it->second.comm;
   }
   int rank_in(NodeComm comm) const {
     int rank = 0;
@@ -331,9 +577,14 @@ class MpiTransport final : public Transport {
 
   uint32_t rank_ = 0;
   NodeComm next_comm_ = 1;
-  std::unordered_map<NodeComm, MPI_Comm> comms_;
+  uint32_t lanes_ = 1;
+  int max_tag_ = 32767;
+  int tag_windows_ = 1;  // operations whose tag ranges can be told apart
+  std::unique_ptr<RequestTable> requests_p2p_;
+  std::unordered_map<NodeComm, Group> groups_;
+  std::unordered_map<TransportHandle, std::unique_ptr<AllreduceAlgorithm>> algorithms_;
   std::unordered_map<TransportHandle, std::shared_ptr<GroupJob>> group_jobs_;
-  std::unordered_map<TransportHandle, std::vector<MPI_Comm>> finished_groups_;
+  std::unordered_map<TransportHandle, FinishedGroups> finished_groups_;
   bool thread_multiple_ = false;
   uint32_t size_ = 1;
   TransportHandle next_ = 1;
@@ -342,8 +593,8 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv) {
-  return std::make_unique<MpiTransport>(argc, argv);
+std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv, uint32_t lanes) {
+  return std::make_unique<MpiTransport>(argc, argv, lanes);
 }
 
 }  // namespace nodecomm::daemon

@@ -1,0 +1,83 @@
+// Inter-node allreduce algorithms over point-to-point messages, as resumable state machines
+// that the engine's loop advances without ever blocking:
+//   ring:               chunked, pipelined reduce-scatter + allgather; every node sends and
+//                       receives 2(N-1)/N of the buffer, the bandwidth optimum;
+//   recursive doubling: log2(N) exchanges of the whole buffer (plus two for the nodes beyond
+//                       the largest power of two), the latency optimum for small messages.
+// The node's own contribution is produced range by range (hooks.prepare) just before a range
+// is first read, and every range is handed back (hooks.done) as soon as it holds the final
+// result, so the local reduction and delivery overlap the transfers of other ranges.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "nodecomm/proto/types.hpp"
+#include "p2p.hpp"
+
+namespace nodecomm::daemon {
+
+enum class AllreduceAlgorithmKind : uint8_t { kAuto, kRing, kRecursiveDoubling, kMpi };
+
+std::string algorithm_name(AllreduceAlgorithmKind kind);
+// "auto", "ring", "rd" (or "recursive-doubling"), "mpi"; throws std::invalid_argument.
+AllreduceAlgorithmKind parse_algorithm(const std::string& text);
+
+// Runtime parameters of the inter-node algorithms (MLSL's epNum is `endpoints`).
+struct AlgorithmTuning {
+  AllreduceAlgorithmKind allreduce = AllreduceAlgorithmKind::kAuto;
+  // auto: messages of at most this many bytes use recursive doubling, larger ones the ring.
+  size_t small_bytes = 64 * 1024;
+  // The ring moves each block in slices of about this many bytes.
+  size_t chunk_bytes = 512 * 1024;
+  // Ring slices in flight at once on each node.
+  uint32_t pipeline_depth = 8;
+  // Lanes (endpoints) the slices are spread over, at most the transport's lanes().
+  uint32_t endpoints = 2;
+};
+
+// Picks the algorithm for `bytes` on `nodes` nodes (kAuto is resolved, never returned).
+AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t bytes,
+                                        uint32_t nodes);
+
+struct AllreduceHooks {
+  // Elements [first, first + count) of the buffer must now hold this node's contribution.
+  std::function<void(size_t first, size_t count)> prepare;
+  // Elements [first, first + count) hold the final result (they may still be read, not
+  // written, by the algorithm afterwards).
+  std::function<void(size_t first, size_t count)> done;
+  // Scratch memory of at least `bytes`, valid until the algorithm is destroyed.
+  std::function<void*(size_t bytes)> scratch;
+};
+
+struct AllreduceSpec {
+  void* buffer = nullptr;
+  size_t count = 0;
+  proto::DType dtype = proto::DType::kF32;
+  proto::RedOp op = proto::RedOp::kSum;  // sum, prod, min or max
+};
+
+class AllreduceAlgorithm {
+ public:
+  virtual ~AllreduceAlgorithm() = default;
+  // Advances as far as completed messages allow; true once every range is done. The caller
+  // polls the PointToPoint before each call. Throws TransportError.
+  virtual bool progress() = 0;
+};
+
+// `tag_base` and the next `tag_span(...)` tags belong to this operation alone.
+std::unique_ptr<AllreduceAlgorithm> make_ring_allreduce(PointToPoint& net, int tag_base,
+                                                        const AllreduceSpec& spec,
+                                                        const AllreduceHooks& hooks,
+                                                        const AlgorithmTuning& tuning);
+std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoint& net,
+                                                                      int tag_base,
+                                                                      const AllreduceSpec& spec,
+                                                                      const AllreduceHooks& hooks);
+// Tags an operation may use, whatever its size: the ring caps its slice count to fit.
+inline constexpr int kTagsPerOperation = 1024;
+
+}  // namespace nodecomm::daemon
