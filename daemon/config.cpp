@@ -56,7 +56,10 @@ DaemonConfig parse_config(int argc, char** argv) {
   app.add_option("--runtime-dir", c.runtime_dir,
                  "Directory for the socket and ready file (default: <runtime base>/<instance>); "
                  "'{node}' is replaced by the node index");
-  app.add_option("--cores", c.cores, "CPU list to pin the daemon to, e.g. 3 or 2-3 (hwloc syntax)");
+  app.add_option("--cores", c.cores,
+                 "CPUs to pin the daemon to: a list such as 3 or 2-3 (hwloc syntax), 'auto' (the "
+                 "last core of the first NUMA domain) or 'none'")
+      ->capture_default_str();
   app.add_option("--transport", c.transport, "Inter-node transport")
       ->check(CLI::IsMember({"mpi", "loopback"}))
       ->capture_default_str();

@@ -91,6 +91,10 @@ int Daemon::run(const std::atomic<bool>& stop) {
   // relaxed: the flag is set from a signal handler and only needs to be seen eventually.
   while (!stop.load(std::memory_order_relaxed)) {
     size_t work = do_work();
+    if (const uint64_t activity = transport_.activity(); activity != last_network_activity_) {
+      last_network_activity_ = activity;
+      ++work;  // messages are flowing: poll again soon rather than back off
+    }
     const uint64_t now = ipc::monotonic_ns();
     if (now - last_socket_check_ns_ >= kSocketCheckNs) {
       last_socket_check_ns_ = now;

@@ -69,6 +69,7 @@ class Daemon {
   std::unique_ptr<Job> job_;
   uint64_t last_socket_check_ns_ = 0;
   uint64_t last_heartbeat_ns_ = 0;
+  uint64_t last_network_activity_ = 0;
   bool parked_ = false;
 };
 

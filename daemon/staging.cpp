@@ -12,6 +12,8 @@
 namespace nodecomm::daemon {
 
 namespace {
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 size_t round_up_pow2(size_t bytes) {
   size_t cap = size_t{64} << 10;  // small buffers share one size class
   while (cap < bytes) cap <<= 1;
@@ -37,6 +39,9 @@ void* StagingPool::allocate(size_t bytes) {
                 ? numa_alloc_onnode(bytes, numa_node_)
                 : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == nullptr || p == MAP_FAILED) throw std::bad_alloc();
+  // Transparent huge pages where the kernel offers them (madvise mode): 512x fewer faults
+  // and TLB misses on multi-megabyte buffers. Only advice: failure changes nothing.
+  if (bytes >= kHugePageBytes) madvise(p, bytes, MADV_HUGEPAGE);
   ipc::prefault(p, bytes);
   return p;
 }

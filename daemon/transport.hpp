@@ -92,6 +92,9 @@ class Transport {
   // Algorithm parameters for operations started from now on.
   virtual void set_tuning(const AlgorithmTuning& tuning) { tuning_ = tuning; }
   const AlgorithmTuning& tuning() const { return tuning_; }
+  // Grows whenever a message of an operation in flight completes, so the caller can tell
+  // progress (keep polling hard) from waiting (back off).
+  virtual uint64_t activity() const { return 0; }
   // Lanes (endpoints) this transport opened to every peer: the most tuning.endpoints can use.
   virtual uint32_t lanes() const { return 1; }
 

@@ -96,6 +96,7 @@ class RequestTable {
               "MPI_Testsome", node_);
     if (completed == MPI_UNDEFINED || completed == 0) return;
     for (int i = 0; i < completed; ++i) finished_.push_back(ids_[static_cast<size_t>(indices_[i])]);
+    completions_ += static_cast<uint64_t>(completed);
     // MPI set the finished entries to MPI_REQUEST_NULL: drop them, keeping the order.
     size_t kept = 0;
     for (size_t i = 0; i < active_.size(); ++i) {
@@ -114,6 +115,7 @@ class RequestTable {
     return true;
   }
   size_t outstanding() const { return active_.size(); }
+  uint64_t completions() const { return completions_; }
 
  private:
   uint32_t node_;
@@ -122,6 +124,7 @@ class RequestTable {
   std::vector<P2pRequest> ids_;
   std::vector<int> indices_;
   std::vector<P2pRequest> finished_;
+  uint64_t completions_ = 0;
 };
 
 // Point-to-point over one node group: lane i is the group's i-th duplicated communicator.
@@ -485,6 +488,7 @@ class MpiTransport final : public Transport {
     return requests_.size() + group_jobs_.size() + algorithms_.size();
   }
   uint32_t lanes() const override { return lanes_; }
+  uint64_t activity() const override { return requests_p2p_->completions(); }
 
  private:
   static int checked_count(size_t count) {

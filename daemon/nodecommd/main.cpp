@@ -54,11 +54,13 @@ int main(int argc, char** argv) {
   Log::get().set_context(
       fmt::format("{} node {}/{}", config.instance, node, transport->node_count()));
 
-  if (!config.cores.empty()) {
+  if (config.cores == "auto") config.cores = default_daemon_cores();
+  if (!config.cores.empty() && config.cores != "none") {
     if (const std::string error = pin_to_cores(config.cores); !error.empty()) {
       NC_LOG(kError, "{}", error);
       return 2;
     }
+    NC_LOG(kInfo, "pinned to CPUs {}", config.cores);
   }
   int status = 0;
   try {
