@@ -24,6 +24,50 @@ expect_exit 2 "nodecomm-launch rejects an unknown flag" "$BIN/nodecomm-launch" -
 expect_exit 2 "nodecomm-bench rejects an unknown flag" "$BIN/nodecomm-bench" --bogus
 expect_exit 2 "nodecomm-bench rejects an unknown dtype" "$BIN/nodecomm-bench" --dtype q7
 
+# nodecomm-bench --link-rate: tc's spellings in bytes per second, anything else exit 2 in one
+# line; NODECOMM_LINK_RATE and NODECOMM_BACKEND are defaults checked as strictly.
+for rate in 1gbitz -1gbit +1gbit 0 0.0gbit 1bit 1e 0x10gbit inf ' 1gbit' '' bit 1gbit/s 1..5gbit; do
+  expect_exit 2 "nodecomm-bench rejects --link-rate '$rate'" "$BIN/nodecomm-bench" --link-rate "$rate"
+  [ "$(printf '%s\n' "$LAST_OUTPUT" | wc -l)" -eq 1 ] || fail "--link-rate '$rate' error is not one line: $LAST_OUTPUT"
+done
+expect_exit 2 "nodecomm-bench rejects NODECOMM_LINK_RATE=fast" env NODECOMM_LINK_RATE=fast "$BIN/nodecomm-bench"
+expect_exit 2 "nodecomm-bench rejects NODECOMM_BACKEND=gloo" env NODECOMM_BACKEND=gloo "$BIN/nodecomm-bench"
+MPIRUN=(mpirun --oversubscribe --bind-to none --timeout 60 --mca btl self,vader,tcp)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+JSON=/tmp/nc-bench-json.$$
+# The MPI backend by NODECOMM_BACKEND, with the launcher's node count (2 simulated nodes).
+for pair in 1gbit:125000000 500mbit:62500000 10GBit:1250000000 100mbps:100000000 \
+            2.5gbit:312500000 .5gbit:62500000 1e9:125000000 1kibps:1024 8000000:1000000; do
+  rate=${pair%%:*} want=${pair#*:}
+  expect_exit 0 "--link-rate $rate under mpirun" env NODECOMM_BACKEND=mpi NODECOMM_NODES=2 \
+    "${MPIRUN[@]}" -np 4 -x NODECOMM_BACKEND -x NODECOMM_NODES "$BIN/nodecomm-bench" \
+    --sizes 64K,1M --iters 2 --warmup 1 --link-rate "$rate" --json "$JSON"
+  case "$LAST_OUTPUT" in *"backend mpi, 4 ranks (2 nodes x 2)"*) ;; *) fail "NODECOMM_BACKEND/NODECOMM_NODES not used: $LAST_OUTPUT" ;; esac
+  grep -q "\"link_bytes_per_s\":$want\.0," "$JSON" && pass "--link-rate $rate is $want bytes/s" ||
+    fail "--link-rate $rate: wanted $want bytes/s in $(cat "$JSON")"
+done
+line=$(printf '%s\n' "$LAST_OUTPUT" | grep '^# linkeff')
+if printf '%s\n' "$line" | grep -Eq '^# linkeff +65536:[0-9]+\.[0-9]{3} +1048576:[0-9]+\.[0-9]{3}$'; then
+  pass "# linkeff line: $line"
+else
+  fail "no # linkeff line of both sizes: $LAST_OUTPUT"
+fi
+# linkeff = algbw x 2(N-1)/N / link rate; N = 2 nodes here, rate 1e6 bytes/s, algbw in 1e9 bytes/s.
+bad=$(sed -E 's/.*"algbw_gbs":([^,]*),.*"linkeff":([^,}]*).*/\1 \2/' "$JSON" |
+  awk '{ want = $1 * 1e9 * 2 * (2 - 1) / 2 / 1e6; if ($2 == "null" || ($2 - want) ^ 2 > (1e-6 * want) ^ 2) print }')
+[ -z "$bad" ] && [ "$(grep -c '"linkeff":[0-9]' "$JSON")" -eq 2 ] && pass "JSON linkeff = algbw x 2(N-1)/N / rate" ||
+  fail "JSON linkeff: $(cat "$JSON")"
+# Through the daemons, with the rate from NODECOMM_LINK_RATE: defined on 2 nodes, not on 1.
+expect_exit 0 "linkeff through nodecomm on 2 nodes" env NODECOMM_LINK_RATE=1gbit "$BIN/nodecomm-launch" \
+  --timeout 60 --nodes 2 --ranks-per-node 1 -- "$BIN/nodecomm-bench" --sizes 1M --iters 2 --json "$JSON"
+printf '%s\n' "$LAST_OUTPUT" | grep -Eq '^# linkeff +1048576:[0-9]+\.[0-9]{3}$' && grep -q '"nodes":2,.*"linkeff":[0-9]' "$JSON" &&
+  pass "nodecomm backend reports linkeff" || fail "nodecomm linkeff: $LAST_OUTPUT $(cat "$JSON")"
+expect_exit 0 "no linkeff on 1 node" env NODECOMM_LINK_RATE=1gbit "$BIN/nodecomm-launch" \
+  --timeout 60 --nodes 1 --ranks-per-node 2 -- "$BIN/nodecomm-bench" --sizes 1M --iters 2 --json "$JSON"
+! printf '%s\n' "$LAST_OUTPUT" | grep -q '^# linkeff' && grep -q '"linkeff":null' "$JSON" &&
+  pass "linkeff omitted on 1 node" || fail "1-node linkeff: $LAST_OUTPUT $(cat "$JSON")"
+rm -f "$JSON"
+
 if ldd "$LIB/libnodecomm.so" | grep -qi mpi; then fail "libnodecomm links MPI: $(ldd "$LIB/libnodecomm.so" | grep -i mpi)"; else pass "libnodecomm does not link MPI"; fi
 
 # A failing rank: non-zero exit, and the launcher names the rank and its status.

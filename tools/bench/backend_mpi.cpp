@@ -138,6 +138,15 @@ std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name
   return out;
 }
 
+// A count in [1, max] from the environment; 0 when unset or anything else.
+int env_count(const char* name, int max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return *end == '\0' && value >= 1 && value <= max ? static_cast<int>(value) : 0;
+}
+
 class MpiBackend final : public Backend {
  public:
   MpiBackend() {
@@ -160,6 +169,14 @@ class MpiBackend final : public Backend {
     // One leader per shared-memory domain (node): counting the leaders counts the nodes.
     int leader = local_rank == 0 ? 1 : 0;
     MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    // Under nodecomm-launch --backend mpi every simulated node is this one machine to MPI;
+    // the launcher says how many nodes the ranks stand for, and that is what is reported
+    // (and what the link efficiency divides by).
+    if (const int nodes = env_count("NODECOMM_NODES", size_); nodes > 0) {
+      nodes_ = nodes;
+      local_size_ = env_count("NODECOMM_LOCAL_SIZE", size_);
+      if (local_size_ == 0) local_size_ = (size_ + nodes_ - 1) / nodes_;
+    }
     // From here on errors are returned, so that the report can say which size and iteration
     // failed; finalize(false) then aborts the job so that no peer is left waiting.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -48,6 +50,55 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
   }
   if (value == 0 || value > (kMaxBytes >> shift)) return std::nullopt;
   return value << shift;
+}
+
+std::optional<double> parse_link_rate(std::string_view text) {
+  // tc's units (tc_util.c), as bits per unit.
+  struct Unit {
+    std::string_view name;
+    double bits;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},           {"bit", 1},        {"kbit", 1e3},     {"mbit", 1e6},     {"gbit", 1e9},
+      {"tbit", 1e12},    {"kibit", 0x1p10}, {"mibit", 0x1p20}, {"gibit", 0x1p30}, {"tibit", 0x1p40},
+      {"bps", 8},        {"kbps", 8e3},     {"mbps", 8e6},     {"gbps", 8e9},     {"tbps", 8e12},
+      {"kibps", 0x1p13}, {"mibps", 0x1p23}, {"gibps", 0x1p33}, {"tibps", 0x1p43},
+  };
+  // strtod's decimal form, as tc reads it, less signs, spaces, hex, inf and nan: digits with
+  // an optional point (at least one digit) and an optional exponent.
+  size_t i = 0;
+  size_t digits = 0;
+  const auto skip_digits = [&] {
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) ++digits;
+  };
+  skip_digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    skip_digits();
+  }
+  if (digits == 0) return std::nullopt;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    digits = 0;
+    skip_digits();
+    if (digits == 0) return std::nullopt;
+  }
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + i, value);
+  if (ec != std::errc() || end != text.data() + i) return std::nullopt;
+  std::string unit(text.substr(i));
+  for (char& ch : unit) {
+    if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+  }
+  for (const Unit& u : kUnits) {
+    if (unit != u.name) continue;
+    // Whole bytes per second, as tc keeps it; rounded, so that 0.1gbit is 12500000 exactly.
+    const double bytes = std::round(value * u.bits / 8);
+    if (!(bytes >= 1) || bytes > kMaxLinkRate) return std::nullopt;
+    return bytes;
+  }
+  return std::nullopt;
 }
 
 std::optional<int> parse_comm(std::string_view text) {
@@ -300,6 +351,8 @@ class Runner {
     info.inplace = inplace();
     info.check = config_.check;
     info.buffers = backend_.buffer_kind();
+    info.link_rate = config_.link_rate;
+    info.link_rate_text = config_.link_rate_text;
     const size_t element = dtype_bytes(config_.dtype);
     for (const Shape& s : shapes()) {
       const size_t bytes = reported_bytes(s, element);

@@ -33,6 +33,9 @@ struct Config {
   // --comm split:K: the collective runs in K groups, world rank r in group r % K (ordered by
   // world rank). 0: on the world (--comm world).
   int split_groups = 0;
+  // --link-rate (or NODECOMM_LINK_RATE) in bytes per second, and as given; 0: not known.
+  double link_rate = 0;
+  std::string link_rate_text;
 };
 
 // "world" (0) or "split:K" with K >= 1 (K); empty on anything else.
@@ -44,6 +47,14 @@ std::string comm_name(int split_groups);
 // including zero and anything above kMaxBytes (a typo, not a size anyone can allocate twice).
 std::optional<uint64_t> parse_bytes(std::string_view text);
 inline constexpr uint64_t kMaxBytes = 1ull << 40;
+
+// A link rate as tc spells it, in whole bytes per second: a decimal number ("1", "2.5",
+// "1e9") and a unit, case-insensitive. Bits per second: none, bit, kbit, mbit, gbit, tbit
+// (powers of 1000) and kibit, mibit, gibit, tibit (powers of 1024). Bytes per second: bps,
+// kbps, mbps, gbps, tbps and kibps, mibps, gibps, tibps. Empty on anything else, including
+// signs, spaces, less than one byte per second, and more than kMaxLinkRate.
+std::optional<double> parse_link_rate(std::string_view text);
+inline constexpr double kMaxLinkRate = 1e18;  // bytes per second: 8 Ebit/s
 
 // min, min*factor, ... up to max inclusive, each rounded down to a multiple of `element`
 // (at least one element); a size that rounds to its predecessor is dropped.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
@@ -43,6 +44,25 @@ const CLI::Validator kByteCount(
     },
     "BYTES");
 
+std::string bad_link_rate(const std::string& text) {
+  return fmt::format(
+      "'{}' is not a link rate such as 1gbit, 2.5gbit, 500mbit or 100mbps (tc's units: "
+      "[k|m|g|t|ki|mi|gi|ti]bit for bits/s, [k|m|g|t|ki|mi|gi|ti]bps for bytes/s)",
+      text);
+}
+
+const CLI::Validator kLinkRate(
+    [](std::string& text) {
+      return nodecomm::bench::parse_link_rate(text) ? std::string() : bad_link_rate(text);
+    },
+    "RATE");
+
+// An environment variable's value; empty when unset or empty.
+std::string env_or_empty(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string();
+}
+
 uint64_t bytes_or_throw(const std::string& text, const char* flag) {
   if (auto bytes = nodecomm::bench::parse_bytes(text)) return *bytes;
   throw CLI::ValidationError(flag, bad_byte_count(text));  // the validator normally catches it
@@ -61,7 +81,8 @@ struct Flags {
   int warmup = 5;
   bool check = false;
   std::string json;
-  std::string backend = "nodecomm";
+  std::string backend;    // empty: NODECOMM_BACKEND, else nodecomm
+  std::string link_rate;  // empty: NODECOMM_LINK_RATE, else not known
   bool inplace = false;
   bool no_arena = false;
   std::string comm = "world";
@@ -121,6 +142,13 @@ Config to_config(const Flags& f, const CLI::App& app) {
   c.check = f.check;
   c.inplace = f.inplace;
   c.json_path = f.json;
+  if (!f.link_rate.empty()) {
+    // Validated already, but a second look costs nothing.
+    const auto rate = nodecomm::bench::parse_link_rate(f.link_rate);
+    if (!rate) throw CLI::ValidationError("--link-rate", bad_link_rate(f.link_rate));
+    c.link_rate = *rate;
+    c.link_rate_text = f.link_rate;
+  }
   return c;
 }
 
@@ -177,9 +205,16 @@ int bench_main(int argc, char** argv) {
                "Verify every element of one run per size against an independent reference");
   app.add_option("--json", f.json, "Also write one JSON object per size to FILE (JSON Lines)")
       ->type_name("FILE");
-  app.add_option("--backend", f.backend, "nodecomm (under nodecomm-launch) or mpi (under mpirun)")
-      ->check(CLI::IsMember({"nodecomm", "mpi"}))
-      ->capture_default_str();
+  app.add_option("--backend", f.backend,
+                 "nodecomm (under nodecomm-launch) or mpi (under mpirun, or nodecomm-launch "
+                 "--backend mpi); default: $NODECOMM_BACKEND, else nodecomm")
+      ->check(CLI::IsMember({"nodecomm", "mpi"}));
+  app.add_option("--link-rate", f.link_rate,
+                 "Each node's link rate, tc-style (1gbit, 500mbit, 100mbps = bytes/s); default: "
+                 "$NODECOMM_LINK_RATE. Adds allreduce's link efficiency, algbw x 2(N-1)/N / "
+                 "rate with N nodes, as `# linkeff SIZE:EFF...` under the table and \"linkeff\" "
+                 "in --json")
+      ->check(kLinkRate);
   app.add_flag("--inplace", f.inplace,
                "In place, as nodecomm.h documents per collective (not for alltoall, allgatherv "
                "and alltoallv; ignored for barrier)");
@@ -190,6 +225,21 @@ int bench_main(int argc, char** argv) {
   Config config;
   try {
     app.parse(argc, argv);
+    // Defaults from the launcher's environment, checked as strictly as the flags.
+    if (f.backend.empty()) {
+      f.backend = env_or_empty("NODECOMM_BACKEND");
+      if (f.backend.empty()) f.backend = "nodecomm";
+      if (f.backend != "nodecomm" && f.backend != "mpi") {
+        throw CLI::ValidationError("NODECOMM_BACKEND",
+                                   fmt::format("'{}' is not nodecomm or mpi", f.backend));
+      }
+    }
+    if (f.link_rate.empty()) {
+      f.link_rate = env_or_empty("NODECOMM_LINK_RATE");
+      if (!f.link_rate.empty() && !nodecomm::bench::parse_link_rate(f.link_rate)) {
+        throw CLI::ValidationError("NODECOMM_LINK_RATE", bad_link_rate(f.link_rate));
+      }
+    }
     config = to_config(f, app);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -12,6 +12,20 @@ Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int wor
   return {algbw, algbw * busbw_factor(collective, world_size)};
 }
 
+std::string link_efficiency_undefined(const RunInfo& info) {
+  if (info.link_rate <= 0) return "no link rate";
+  if (info.collective != Collective::kAllreduce) return fmt::format("op {}", info.op);
+  if (info.comm != "world") return fmt::format("--comm {}", info.comm);
+  if (info.nodes < 2) return fmt::format("{} node", info.nodes);
+  return {};
+}
+
+std::optional<double> link_efficiency(const RunInfo& info, double algbw_gbs) {
+  if (!link_efficiency_undefined(info).empty()) return std::nullopt;
+  const double n = info.nodes;
+  return algbw_gbs * 1e9 * 2 * (n - 1) / n / info.link_rate;
+}
+
 Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
     : info_(std::move(info)), table_(table), json_(json) {}
 
@@ -43,6 +57,8 @@ void Report::row(const Row& row) {
   std::fflush(table_);
   busbw_sum_ += bw.busbw_gbs;
   ++rows_;
+  const std::optional<double> linkeff = link_efficiency(info_, bw.algbw_gbs);
+  if (linkeff) linkeff_ += fmt::format(" {}:{:.3f}", row.bytes, *linkeff);
 
   if (json_ == nullptr || !json_ok_) return;
   // ordered_json: keys in the documented order, for people reading the file.
@@ -65,6 +81,9 @@ void Report::row(const Row& row) {
       {"iters", row.iters},
       {"comm", info_.comm},
       {"comm_size", info_.comm_size},
+      {"link_bytes_per_s", info_.link_rate > 0 ? nlohmann::ordered_json(info_.link_rate)
+                                               : nlohmann::ordered_json(nullptr)},
+      {"linkeff", linkeff ? nlohmann::ordered_json(*linkeff) : nlohmann::ordered_json(nullptr)},
   };
   *json_ << j.dump() << '\n';
   json_->flush();
@@ -73,6 +92,15 @@ void Report::row(const Row& row) {
 
 void Report::footer() {
   fmt::print(table_, "# Avg bus bandwidth    : {:.4f}\n", rows_ > 0 ? busbw_sum_ / rows_ : 0.0);
+  if (info_.link_rate > 0) {
+    // Two lines: what it means, then `# linkeff` and one SIZE:EFF per row, for scripts.
+    const std::string why = link_efficiency_undefined(info_);
+    fmt::print(table_, "# link rate {} ({:.0f} bytes/s), {} node{}: {}\n", info_.link_rate_text,
+               info_.link_rate, info_.nodes, info_.nodes == 1 ? "" : "s",
+               why.empty() ? "linkeff = algbw x 2(N-1)/N / link rate"
+                           : fmt::format("linkeff undefined ({})", why));
+    if (why.empty()) fmt::print(table_, "# linkeff {}\n", linkeff_);
+  }
   std::fflush(table_);
 }
 

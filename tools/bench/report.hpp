@@ -26,8 +26,10 @@ struct RunInfo {
   int warmup = 0;
   bool inplace = false;
   bool check = false;
-  std::string buffers;       // where the buffers come from
-  std::string reduced_note;  // non-empty: why some rows use fewer iterations
+  std::string buffers;         // where the buffers come from
+  std::string reduced_note;    // non-empty: why some rows use fewer iterations
+  double link_rate = 0;        // bytes per second; 0: not known (no --link-rate)
+  std::string link_rate_text;  // as the user spelt it
 };
 
 struct Row {
@@ -50,6 +52,13 @@ struct Bandwidth {
 // receive in a bandwidth-optimal allreduce).
 Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int world_size);
 
+// How much of a node's link an allreduce uses: algbw x 2(N-1)/N / link rate, N being the
+// number of nodes (one stream per node in a bandwidth-optimal allreduce, whatever the ranks
+// per node). Empty when undefined: not an allreduce on the world, no link rate, or one node.
+std::optional<double> link_efficiency(const RunInfo& info, double algbw_gbs);
+// Why link_efficiency() is empty; "" when it is not.
+std::string link_efficiency_undefined(const RunInfo& info);
+
 class Report {
  public:
   // `json` may be null. Neither stream is owned.
@@ -69,6 +78,7 @@ class Report {
   bool json_ok_ = true;
   double busbw_sum_ = 0;
   size_t rows_ = 0;
+  std::string linkeff_;  // " SIZE:EFF" per row, for the footer's `# linkeff` line
 };
 
 }  // namespace nodecomm::bench
