@@ -38,8 +38,6 @@ constexpr auto kTermToKill = 2s;
 constexpr auto kDaemonStopTimeout = 15s;
 // For processes already sent SIGKILL to be reaped.
 constexpr auto kReapTimeout = 5s;
-// mpirun's own --timeout trails ours: it only matters if the launcher itself was SIGKILLed.
-constexpr int kMpirunTimeoutSlackSeconds = 30;
 // More than this many names in one message is noise.
 constexpr size_t kMaxListedRanks = 16;
 // A line this long without a newline is forwarded anyway, so memory stays bounded.
@@ -77,9 +75,10 @@ Launcher::Launcher(Options options)
 }
 
 int Launcher::run() {
+  const bool mpi = opts_.backend == Backend::kMpi;
   int code = 1;
   try {
-    code = run_job();
+    code = mpi ? run_mpi_job() : run_job();
   } catch (const std::exception& e) {
     write_stderr(fmt::format("nodecomm-launch: {}\n", e.what()));
     try {
@@ -90,6 +89,8 @@ int Launcher::run() {
     code = abort_code_ != 0 ? abort_code_ : 1;
   }
   finish();
+  // With --backend mpi the ranks are mpirun's; run_mpi_job and mpirun itself reported them.
+  if (mpi) return code;
 
   const auto failed = std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& rank) {
     return !rank.finished || !wait_status_ok(rank.status);
@@ -104,6 +105,7 @@ int Launcher::run() {
 
 int Launcher::run_job() {
   setup();
+  if (!start_netsim()) return abort_code_ != 0 ? abort_code_ : 1;
   start_mpirun();
   if (!wait_ready()) return abort_code_ != 0 ? abort_code_ : 1;
   start_ranks();
@@ -111,6 +113,21 @@ int Launcher::run_job() {
   if (!stop_daemons()) return abort_code_;
   // run() turns failed ranks and daemon trouble into 1.
   return 0;
+}
+
+int Launcher::run_mpi_job() {
+  setup();
+  if (!start_netsim()) return abort_code_ != 0 ? abort_code_ : 1;
+  start_mpirun();
+  ranks_started_ = true;
+  while (mpirun_running_) {
+    if (aborting()) return abort_code_;
+    pump(deadline_);
+  }
+  if (wait_status_ok(mpirun_status_)) return 0;
+  write_stderr(fmt::format("nodecomm-launch: mpirun with {} ranks {}\n", total_ranks(),
+                           describe_wait_status(mpirun_status_)));
+  return 1;
 }
 
 void Launcher::setup() {
@@ -135,26 +152,8 @@ void Launcher::setup() {
   dev_null_ = ipc::Fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_.valid()) throw std::system_error(errno, std::generic_category(), "open /dev/null");
 
-  if (opts_.daemon.empty()) {
-    const std::string dir = self_exe_dir();
-    daemon_path_ = dir.empty() ? std::string() : find_executable(dir + "/nodecommd");
-    if (daemon_path_.empty()) daemon_path_ = find_executable("nodecommd");
-    if (daemon_path_.empty()) {
-      throw std::runtime_error(
-          fmt::format("cannot find nodecommd next to {} or in PATH; pass --daemon",
-                      dir.empty() ? "/proc/self/exe" : dir));
-    }
-  } else {
-    daemon_path_ = find_executable(opts_.daemon);
-    if (daemon_path_.empty()) {
-      throw std::runtime_error(
-          fmt::format("--daemon {}: no such executable file{}", opts_.daemon,
-                      opts_.daemon.find('/') == std::string::npos ? " in PATH" : ""));
-    }
-  }
-  // mpirun would resolve a relative path against its working directory too, but an absolute
-  // one makes --verbose and error output unambiguous.
-  daemon_path_ = std::filesystem::absolute(daemon_path_).lexically_normal().string();
+  // --backend mpi runs no daemons.
+  if (opts_.backend == Backend::kNodecomm) resolve_daemon();
   mpirun_path_ = find_executable(opts_.mpirun);
   if (mpirun_path_.empty()) {
     throw std::runtime_error(
@@ -177,45 +176,65 @@ void Launcher::setup() {
   verbose(fmt::format("job {}, runtime dirs under {}", job_, base_dir_));
 }
 
+void Launcher::resolve_daemon() {
+  if (opts_.daemon.empty()) {
+    const std::string dir = self_exe_dir();
+    daemon_path_ = dir.empty() ? std::string() : find_executable(dir + "/nodecommd");
+    if (daemon_path_.empty()) daemon_path_ = find_executable("nodecommd");
+    if (daemon_path_.empty()) {
+      throw std::runtime_error(
+          fmt::format("cannot find nodecommd next to {} or in PATH; pass --daemon",
+                      dir.empty() ? "/proc/self/exe" : dir));
+    }
+  } else {
+    daemon_path_ = find_executable(opts_.daemon);
+    if (daemon_path_.empty()) {
+      throw std::runtime_error(
+          fmt::format("--daemon {}: no such executable file{}", opts_.daemon,
+                      opts_.daemon.find('/') == std::string::npos ? " in PATH" : ""));
+    }
+  }
+  // mpirun would resolve a relative path against its working directory too, but an absolute
+  // one makes --verbose and error output unambiguous.
+  daemon_path_ = std::filesystem::absolute(daemon_path_).lexically_normal().string();
+}
+
 void Launcher::start_mpirun() {
-  std::vector<std::string> args{opts_.mpirun};
-  if (::geteuid() == 0) args.emplace_back("--allow-run-as-root");
-  // N daemons share a few cores: no core count limit, no pinning them all onto the same cores,
-  // yield instead of busy-polling when idle, and only the transports one machine has.
-  args.insert(args.end(), {"--oversubscribe", "--bind-to", "none", "--timeout",
-                           std::to_string(opts_.timeout_s + kMpirunTimeoutSlackSeconds), "-np",
-                           std::to_string(opts_.nodes), "--mca", "btl", "self,vader,tcp", "--mca",
-                           "mpi_yield_when_idle", "1"});
-  // The daemon replaces {node} with its MPI rank, which is its node index.
-  args.push_back(daemon_path_);
-  args.emplace_back("--instance");
-  args.push_back(job_ + "-node{node}");
-  args.emplace_back("--runtime-dir");
-  args.push_back(base_dir_ + "/node{node}");
-  args.insert(args.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
+  const auto [path, args] = mpirun_command();
+  // With --backend mpi, mpirun's output is PROGRAM's: it goes to our stdout and stderr as is.
+  const bool forward = opts_.backend == Backend::kNodecomm;
 
   int out[2];
   int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-  ipc::Fd out_write(out[1]);
-  mpirun_out_.fd = ipc::Fd(out[0]);
-  if (::pipe2(err, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-  ipc::Fd err_write(err[1]);
-  mpirun_err_.fd = ipc::Fd(err[0]);
-  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  ipc::Fd out_write;
+  ipc::Fd err_write;
+  if (forward) {
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(), "pipe");
+    }
+    out_write = ipc::Fd(out[1]);
+    mpirun_out_.fd = ipc::Fd(out[0]);
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(), "pipe");
+    }
+    err_write = ipc::Fd(err[1]);
+    mpirun_err_.fd = ipc::Fd(err[0]);
+    for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
 
   SpawnSpec spec;
-  spec.path = mpirun_path_;
+  spec.path = path;
   spec.argv = args;
   spec.env = environment_with({{"OMPI_MCA_rmaps_base_oversubscribe", "1"}});
   spec.new_session = true;
-  spec.stdin_fd = dev_null_.get();
+  // Like mpirun itself, PROGRAM's rank 0 gets our stdin, but never a terminal (see start_ranks).
+  spec.stdin_fd = !forward && ::isatty(STDIN_FILENO) == 0 ? -1 : dev_null_.get();
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = err_write.get();
-  // SIGTERM, not SIGKILL: should the launcher die, mpirun still takes its daemons down with it.
+  // SIGTERM, not SIGKILL: should the launcher die, mpirun still takes its processes down.
   spec.parent_death_signal = SIGTERM;
   spec.signal_mask = child_mask_;
-  verbose(fmt::format("starting daemons: {}", shell_join(args)));
+  verbose(fmt::format("starting {}: {}", forward ? "daemons" : "ranks", shell_join(args)));
   mpirun_pid_ = spawn(spec);
   mpirun_running_ = true;
 }
@@ -309,7 +328,7 @@ void Launcher::start_ranks() {
     SpawnSpec spec;
     spec.path = program_path_;
     spec.argv = opts_.program;
-    spec.env = environment_with({
+    std::vector<std::pair<std::string, std::string>> env{
         {"NODECOMM_RUNTIME_DIR", runtime_dir(rank.node)},
         {"NODECOMM_JOB", job_},
         {"NODECOMM_LOCAL_RANK", std::to_string(rank.local)},
@@ -317,7 +336,10 @@ void Launcher::start_ranks() {
         {"NODECOMM_NODE", std::to_string(rank.node)},
         {"NODECOMM_NODES", std::to_string(opts_.nodes)},
         {"NODECOMM_WORLD_RANK_HINT", std::to_string(rank.world)},
-    });
+        {"NODECOMM_BACKEND", "nodecomm"},
+    };
+    if (netsim_) env.emplace_back("NODECOMM_LINK_RATE", netsim_->rate());
+    spec.env = environment_with(env);
     spec.stdin_fd = rank.world == 0 && rank0_gets_stdin ? -1 : dev_null_.get();
     // If the launcher is SIGKILLed, nothing else would stop the ranks.
     spec.parent_death_signal = SIGKILL;
@@ -433,7 +455,9 @@ bool Launcher::aborting() {
   if (const std::string running = running_ranks_text(); !running.empty()) {
     targets.push_back(running + " still running");
   }
-  if (mpirun_running_) {
+  if (mpirun_running_ && opts_.backend == Backend::kMpi) {
+    targets.push_back(fmt::format("mpirun and its {} ranks", total_ranks()));
+  } else if (mpirun_running_) {
     const std::string unready = unready_nodes_text();
     targets.push_back(unready.empty()
                           ? "the daemons and mpirun"
@@ -455,6 +479,14 @@ void Launcher::kill_everything() {
   mute_mpirun_ = !opts_.verbose;
   kill_running_ranks(SIGKILL);
   remember_mpi_segments();
+  if (opts_.backend == Backend::kMpi && mpirun_running_) {
+    // mpirun before its ranks: it would report their deaths as a failure of their own. They
+    // stay ours to signal: as orphans they are reparented to us and cannot be reaped meanwhile.
+    const auto ranks = children_of(mpirun_pid_);
+    signal_group(mpirun_pid_, SIGKILL);
+    mpirun_sigkilled_ = true;
+    for (const auto& [pid, comm] : ranks) ::kill(pid, SIGKILL);
+  }
   kill_daemons(SIGKILL);
   if (mpirun_running_) {
     // Left alone, mpirun would take 1-2 s (odls_base_sigkill_timeout) to notice its dead daemons
@@ -462,9 +494,24 @@ void Launcher::kill_everything() {
     signal_group(mpirun_pid_, SIGKILL);
     mpirun_sigkilled_ = true;
   }
-  wait_until(Clock::now() + kReapTimeout, [this] {
+  // Under --netsim, Open MPI's daemons (and with --backend mpi the ranks) are orphans in the
+  // host namespaces, reparented to us once their agent shells are gone.
+  // Done once none is left, and every one killed is reaped (gone from the process table).
+  std::set<pid_t> killed_inside;
+  const auto kill_netsim_processes = [&] {
+    if (!netsim_) return true;
+    for (const auto& [pid, comm] : netsim_->processes_inside(self_pid_)) {
+      ::kill(pid, SIGKILL);
+      killed_inside.insert(pid);
+    }
+    return std::all_of(killed_inside.begin(), killed_inside.end(),
+                       [](pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; });
+  };
+  kill_netsim_processes();
+  wait_until(Clock::now() + kReapTimeout, [&] {
     return !mpirun_running_ &&
-           std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+           std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }) &&
+           kill_netsim_processes();
   });
 }
 
@@ -557,6 +604,12 @@ void Launcher::cleanup_files() {
         errors.push_back(fmt::format("unlink {}: {}", path, std::strerror(errno)));
       }
     }
+  }
+  if (netsim_) {
+    // After sweep_leftovers: nothing of ours is left inside the namespaces.
+    netsim_->teardown(errors);
+    verbose(fmt::format("netsim: removed the namespaces {}h*, {}", netsim_->prefix(),
+                        netsim_->switch_name()));
   }
   if (!base_dir_.empty()) {
     std::error_code ec;

@@ -5,12 +5,14 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "netsim.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "options.hpp"
 #include "process.hpp"
@@ -47,8 +49,24 @@ class Launcher {
   };
 
   int run_job();
+  // --backend mpi: the ranks under one mpirun, no daemons.
+  int run_mpi_job();
   void setup();
+  // Finds nodecommd (--daemon, next to the launcher, or in PATH).
+  void resolve_daemon();
+  // --netsim: creates the namespaces and links, probes them, writes the agent and hostfile.
+  // False if a signal or --timeout ended the launch meanwhile.
+  bool start_netsim();
   void start_mpirun();
+  // mpirun's path and argv for the daemons, or for PROGRAM itself with --backend mpi
+  // (launcher_mpi.cpp). Under --netsim it runs in the switch namespace.
+  std::pair<std::string, std::vector<std::string>> mpirun_command() const;
+  // The flags every mpirun of this launch gets.
+  std::vector<std::string> mpirun_common_args() const;
+  // -np 1 per rank with its NODECOMM_* variables, and its host under --netsim.
+  std::vector<std::string> program_app_contexts() const;
+  // Processes this launch runs at once (daemons and ranks), to compare with the CPUs.
+  bool oversubscribed() const;
   bool wait_ready();
   bool try_read_ready(int node);
   void start_ranks();
@@ -98,6 +116,7 @@ class Launcher {
   std::string mpirun_path_;
   std::string program_path_;
   std::string base_dir_;
+  std::unique_ptr<Netsim> netsim_;
 
   sigset_t child_mask_{};  // the mask we started with, restored in every child
   ipc::Fd signal_fd_;

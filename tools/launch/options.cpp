@@ -1,6 +1,7 @@
 #include "options.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string_view>
+
+#include "netsim.hpp"
 
 namespace nodecomm::launch {
 namespace {
@@ -20,8 +23,11 @@ constexpr int kMaxTimeoutSeconds = 100'000'000;
 constexpr const char* kDescription =
     "Simulates N nodecomm nodes on this machine: starts one nodecommd per node under a single "
     "mpirun, waits until every daemon is ready, runs R copies of PROGRAM per node attached to "
-    "their node's daemon, then stops the daemons. Exit status: 0 if every rank exited 0, 1 on "
-    "failure, 124 on --timeout, 128+N on signal N, 2 on bad flags.";
+    "their node's daemon, then stops the daemons. With --backend mpi it runs the N*R copies of "
+    "PROGRAM under one mpirun instead, with plain Open MPI and no daemons. With --netsim RATE "
+    "every node is a host in its own network namespace behind a link shaped to RATE (needs "
+    "root), and the launcher removes all of it again at the end. Exit status: 0 if every rank "
+    "exited 0, 1 on failure, 124 on --timeout, 128+N on signal N, 2 on bad flags.";
 
 // Scripts parse stderr line by line, so a CLI11 message must stay on one line.
 std::string one_line(std::string text) {
@@ -30,6 +36,29 @@ std::string one_line(std::string text) {
   }
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
+}
+
+void check_combinations(const CLI::App& app, Options& opts) {
+  if (opts.backend == Backend::kMpi) {
+    for (const char* flag : {"--daemon", "--daemon-arg"}) {
+      if (app.count(flag) > 0) {
+        throw std::invalid_argument(fmt::format("{} has no effect with --backend mpi", flag));
+      }
+    }
+  }
+  if (app.count("--netsim") == 0) return;
+  const auto bits = parse_tc_rate(opts.netsim_rate);
+  if (!bits) {
+    throw std::invalid_argument(fmt::format(
+        "--netsim: '{}' is not a tc rate (a positive number with a unit such as 1gbit, 500mbit, "
+        "100kbit or 125mbps)",
+        opts.netsim_rate));
+  }
+  opts.netsim_bits_per_second = *bits;
+  if (opts.nodes > kMaxNetsimHosts) {
+    throw std::invalid_argument(
+        fmt::format("--netsim simulates at most {} nodes, not {}", kMaxNetsimHosts, opts.nodes));
+  }
 }
 
 }  // namespace
@@ -81,14 +110,28 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_option("--daemon-arg", opts.daemon_args,
                  "Extra argument for every daemon (repeatable; use --daemon-arg=--flag)")
       ->allow_extra_args(false);
-  app.add_option("--mpirun", opts.mpirun, "mpirun to start the daemons with")
+  app.add_option("--mpirun", opts.mpirun,
+                 "mpirun to start the daemons (with --backend mpi, the ranks) with")
       ->capture_default_str();
   app.add_flag("--verbose,-v", opts.verbose, "Report each launch step on stderr");
+  std::string backend = "nodecomm";
+  app.add_option("--backend", backend,
+                 "nodecomm: daemons plus ranks; mpi: the ranks alone under one mpirun, plain "
+                 "Open MPI (exported to PROGRAM as NODECOMM_BACKEND)")
+      ->check(CLI::IsMember({"nodecomm", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--netsim", opts.netsim_rate,
+                 "Simulated cluster network (root only): one network namespace per node, all "
+                 "joined by a bridge, each link TBF-shaped to RATE both ways (tc syntax: 1gbit, "
+                 "500mbit); exported to PROGRAM as NODECOMM_LINK_RATE")
+      ->type_name("RATE");
   app.add_option("program", opts.program, "-- PROGRAM [ARGS...] to run on every rank")->required();
 
   try {
     app.parse(argc, argv);
     opts.ranks_per_node = parse_ranks_per_node(ranks_per_node, opts.nodes);
+    opts.backend = backend == "mpi" ? Backend::kMpi : Backend::kNodecomm;
+    check_combinations(app, opts);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return {std::nullopt, 0};
@@ -100,6 +143,12 @@ ParseResult parse_options(int argc, char** argv) {
     return {std::nullopt, 2};
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "nodecomm-launch: {} (see --help)\n", one_line(e.what()));
+    return {std::nullopt, 2};
+  }
+  if (!opts.netsim_rate.empty() && ::geteuid() != 0) {
+    fmt::print(stderr,
+               "nodecomm-launch: --netsim needs root: it creates network namespaces, veth pairs, "
+               "a bridge and tc qdiscs (run it as root, e.g. with sudo)\n");
     return {std::nullopt, 2};
   }
   return {std::move(opts), 0};

@@ -7,6 +7,10 @@
 
 namespace nodecomm::launch {
 
+// nodecomm: daemons under mpirun, the ranks attached to them. mpi: the ranks under mpirun alone,
+// plain Open MPI, as the baseline.
+enum class Backend { kNodecomm, kMpi };
+
 struct Options {
   int nodes = 0;
   // One count per node, already expanded from a single value or checked against --nodes.
@@ -17,6 +21,10 @@ struct Options {
   std::vector<std::string> daemon_args;
   std::string mpirun = "mpirun";
   bool verbose = false;
+  Backend backend = Backend::kNodecomm;
+  // --netsim: the link rate as given ("1gbit"), empty without --netsim, and in bit/s.
+  std::string netsim_rate;
+  double netsim_bits_per_second = 0;
   // PROGRAM and its arguments.
   std::vector<std::string> program;
 };

@@ -134,6 +134,18 @@ void signal_group(pid_t pgid, int sig) {
   ::kill(pgid, sig);
 }
 
+bool is_descendant_of(pid_t pid, pid_t ancestor) {
+  // Bounded, in case the links change under us.
+  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+    std::string comm;
+    std::vector<std::string> fields;
+    if (!read_proc_stat(pid, comm, fields) || fields.size() <= kStatPpid) return false;
+    pid = static_cast<pid_t>(std::atol(fields[kStatPpid].c_str()));
+    if (pid == ancestor) return true;
+  }
+  return false;
+}
+
 std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent) {
   std::vector<std::pair<pid_t, std::string>> children;
   DIR* dir = ::opendir("/proc");
@@ -267,9 +279,10 @@ std::vector<std::string> shm_files_mapped_by(pid_t pid) {
   return names;
 }
 
-std::vector<std::string> remove_ompi_session_dirs(pid_t mpirun_pid,
-                                                  std::vector<std::string>& errors) {
-  // Where Open MPI 4 looks for its temporary directory, in its order of preference.
+namespace {
+
+// Where Open MPI 4 looks for its temporary directory, in its order of preference.
+std::vector<std::string> ompi_tmp_bases() {
   std::vector<std::string> bases;
   for (const char* var : {"OMPI_MCA_orte_tmpdir_base", "TMPDIR", "TEMP", "TMP"}) {
     if (const char* value = std::getenv(var); value != nullptr && *value != '\0') {
@@ -277,9 +290,16 @@ std::vector<std::string> remove_ompi_session_dirs(pid_t mpirun_pid,
     }
   }
   bases.emplace_back("/tmp");
+  return bases;
+}
+
+}  // namespace
+
+std::vector<std::string> remove_ompi_session_dirs(pid_t mpirun_pid,
+                                                  std::vector<std::string>& errors) {
   const std::string uid_suffix = fmt::format(".{}", ::geteuid());
   std::vector<std::string> removed;
-  for (const auto& base : bases) {
+  for (const auto& base : ompi_tmp_bases()) {
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
       const std::string name = entry.path().filename().string();
@@ -294,6 +314,25 @@ std::vector<std::string> remove_ompi_session_dirs(pid_t mpirun_pid,
       removed.push_back(dir.string());
       // Shared by every mpirun of this user; like mpirun itself, remove it only once empty.
       ::rmdir(entry.path().c_str());
+    }
+  }
+  return removed;
+}
+
+std::vector<std::string> remove_ompi_host_dirs(const std::vector<std::string>& hosts,
+                                               std::vector<std::string>& errors) {
+  std::vector<std::string> removed;
+  for (const auto& base : ompi_tmp_bases()) {
+    for (const auto& host : hosts) {
+      const std::string dir = fmt::format("{}/ompi.{}.{}", base, host, ::geteuid());
+      std::error_code ec;
+      if (!std::filesystem::exists(dir, ec)) continue;
+      std::filesystem::remove_all(dir, ec);
+      if (ec) {
+        errors.push_back(fmt::format("remove {}: {}", dir, ec.message()));
+      } else {
+        removed.push_back(dir);
+      }
     }
   }
   return removed;

@@ -46,6 +46,9 @@ bool signal_process(const ProcessRef& ref, int sig);
 // kill(-pgid, sig) and kill(pgid, sig); a group that is already gone is not an error.
 void signal_group(pid_t pgid, int sig);
 
+// True if `ancestor` is `pid`'s parent, grandparent, ... (following the live parent links).
+bool is_descendant_of(pid_t pid, pid_t ancestor);
+
 // Live processes whose parent is `parent`, with their command names.
 std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent);
 
@@ -74,6 +77,11 @@ std::vector<std::string> shm_files_mapped_by(pid_t pid);
 // which a live mpirun removes itself). Returns the paths it removed.
 std::vector<std::string> remove_ompi_session_dirs(pid_t mpirun_pid,
                                                   std::vector<std::string>& errors);
+
+// Removes the session directories that Open MPI's daemons on `hosts` (host names no other run
+// uses) left in its temporary directory (<tmp>/ompi.<host>.<uid>). Returns the paths removed.
+std::vector<std::string> remove_ompi_host_dirs(const std::vector<std::string>& hosts,
+                                               std::vector<std::string>& errors);
 
 // Writes all of `text` to fd 2 in one write where possible, so lines from the launcher, mpirun
 // and the ranks do not interleave mid-line.
