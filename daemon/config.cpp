@@ -100,6 +100,14 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "Lanes opened at start; --endpoints can later use at most this many")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
+  app.add_option("--net-park-min-us", c.net_park_min_us,
+                 "While the network is busy: first sleep between polls (microseconds)")
+      ->check(CLI::Range(0u, 100000u))
+      ->capture_default_str();
+  app.add_option("--net-park-max-us", c.net_park_max_us,
+                 "While the network is busy: longest sleep between polls (microseconds)")
+      ->check(CLI::Range(0u, 100000u))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     c.tuning.allreduce = parse_algorithm(algorithm);

@@ -24,6 +24,9 @@ struct DaemonConfig {
   // start, tuning.endpoints may use fewer of them.
   AlgorithmTuning tuning;
   uint32_t lanes = 4;
+  // Sleeps between network polls while operations are in flight: first, then doubling to max.
+  uint32_t net_park_min_us = 5;
+  uint32_t net_park_max_us = 200;
 };
 
 // Parses argv. On --help prints usage and exits 0; on a bad flag prints one line to stderr

@@ -22,6 +22,9 @@
 
 namespace nodecomm::daemon {
 
+// How the loop waits while only the network has work in flight.
+ipc::IdleConfig network_idle_config(const DaemonConfig& config);
+
 class Daemon {
  public:
   Daemon(DaemonConfig config, Transport& transport);
@@ -58,6 +61,7 @@ class Daemon {
   StagingPool staging_;
   Engine engine_;
   ipc::IdleStrategy idle_;
+  ipc::IdleStrategy network_idle_;
   std::string runtime_dir_;
   std::string socket_path_;
   std::string ready_path_;

@@ -116,6 +116,10 @@ std::pair<std::string, std::vector<std::string>> Launcher::mpirun_command() cons
   args.push_back(job_ + "-node{node}");
   args.emplace_back("--runtime-dir");
   args.push_back(base_dir_ + "/node{node}");
+  // The simulated nodes share this machine's cores: the daemons' default pinning (one core
+  // per real node) would stack them all on one core. CLI11 keeps the last --cores given, so
+  // a --daemon-arg=--cores=... still wins.
+  args.emplace_back("--cores=none");
   args.insert(args.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
   return {path, args};
 }
