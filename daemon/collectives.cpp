@@ -245,6 +245,16 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
       }
       // The transport asks for the node's contribution range by range (allreduce_hooks).
       acquire(ctx, op.staging, s.count * s.wire_elem);
+      if (lay.node_count == 1) {
+        // f16/bf16 avg on one node: sum in f32 staging, then divide and round once.
+        const AllreduceHooks hooks = allreduce_hooks(ctx, op, s);
+        if (s.count > 0) {
+          hooks.prepare(0, s.count);
+          hooks.done(0, s.count);
+        }
+        release_staging(ctx, op);
+        return true;
+      }
       return false;
     case Collective::kReduce:
       reduce_members(m, s, acquire(ctx, op.staging, s.count * s.wire_elem), s.count);

@@ -100,6 +100,11 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "Lanes opened at start; --endpoints can later use at most this many")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
+  app.add_option("--idle", c.idle,
+                 "How the daemon waits for clients: auto (spin unless its clients outnumber "
+                 "the CPUs), spin (a dedicated core) or backoff (a shared machine)")
+      ->check(CLI::IsMember({"auto", "spin", "backoff"}))
+      ->capture_default_str();
   app.add_option("--net-park-min-us", c.net_park_min_us,
                  "While the network is busy: first sleep between polls (microseconds)")
       ->check(CLI::Range(0u, 100000u))

@@ -25,6 +25,7 @@ struct DaemonConfig {
   AlgorithmTuning tuning;
   uint32_t lanes = 4;
   // Sleeps between network polls while operations are in flight: first, then doubling to max.
+  std::string idle = "auto";  // auto, spin or backoff (ipc::IdleConfig::for_mode)
   uint32_t net_park_min_us = 5;
   uint32_t net_park_max_us = 200;
 };

@@ -122,6 +122,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
     if (work > 0) {
       idle_.reset();
       network_idle_.reset();
+      last_work_ns_ = now;
       continue;
     }
     const bool network_busy = transport_.in_flight() > 0;
@@ -142,6 +143,10 @@ int Daemon::run(const std::atomic<bool>& stop) {
       case ipc::IdleStrategy::Phase::kPark:
         if (network_busy) {
           // MPI only progresses inside MPI calls: sleep briefly rather than leave the network.
+          idle_.idle(0);
+        } else if (now - last_work_ns_ < kShallowParkNs) {
+          // Training loops post again within microseconds of a completion: a short sleep
+          // catches that without the clients' wake-up message round trip of a deep park.
           idle_.idle(0);
         } else {
           deep_park();
@@ -224,7 +229,8 @@ void Daemon::accept_clients() {
     NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
     clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
     idle_ =
-        ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
+        ipc::IdleStrategy(
+        ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
       reply_hello_error(*clients_[id], proto::Status::kQueueFull,
                         fmt::format("nodecommd instance '{}' already serves {} clients (the limit, "
@@ -522,7 +528,8 @@ void Daemon::reap() {
   }
   if (clients_.size() != before) {
     idle_ =
-        ipc::IdleStrategy(ipc::IdleConfig::for_load(static_cast<unsigned>(clients_.size()) + 1));
+        ipc::IdleStrategy(
+        ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
   }
 }
 

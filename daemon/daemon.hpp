@@ -74,6 +74,8 @@ class Daemon {
   uint64_t last_socket_check_ns_ = 0;
   uint64_t last_heartbeat_ns_ = 0;
   uint64_t last_network_activity_ = 0;
+  uint64_t last_work_ns_ = 0;
+  static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
 };
 

@@ -219,7 +219,12 @@ Result Context::attach(const Settings& s) {
     return fail(static_cast<nc_status_t>(ready.status), ipc::bounded_text(ready.message));
   }
   // This node's ranks and its daemon poll; with more of them than CPUs, waits must yield early.
-  idle_config_ = ipc::IdleConfig::for_load(s.local_size + 1);
+  try {
+    const char* mode = env("NODECOMM_IDLE");
+    idle_config_ = ipc::IdleConfig::for_mode(mode != nullptr ? mode : "auto", s.local_size + 1);
+  } catch (const std::invalid_argument& e) {
+    return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("NODECOMM_IDLE: {}", e.what()));
+  }
   comms_[0] = CommInfo{ready.world_rank, ready.world_size};
   world_rank_ = ready.world_rank;
   world_size_ = ready.world_size;

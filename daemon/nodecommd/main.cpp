@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 
@@ -32,6 +33,11 @@ int main(int argc, char** argv) {
   // allreduce paid ~120 ms of page faults each time. Keep them on the (never trimmed) heap,
   // where freed blocks are reused warm.
   mallopt(M_MMAP_MAX, 0);
+  // Open MPI polls its TCP sockets only every 10000th progress call unless a blocking call
+  // is waiting. The daemon never blocks in MPI, and it sleeps between polls, so that would
+  // leave small messages sitting in the socket for many sleeps: poll the sockets every call.
+  // (0 is not the same: it hangs MPI_Init.) An explicit setting still wins.
+  setenv("OMPI_MCA_mpi_event_tick_rate", "1", /*overwrite=*/0);
   mallopt(M_TRIM_THRESHOLD, INT32_MAX);
   // Short parks while the network is busy are only short with a small timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <stdexcept>
 
 namespace nodecomm::ipc {
 
@@ -32,6 +33,13 @@ IdleConfig IdleConfig::for_load(unsigned runnable) {
     c.max_park_ns = 100'000;
   }
   return c;
+}
+
+IdleConfig IdleConfig::for_mode(const std::string& mode, unsigned runnable) {
+  if (mode == "auto") return for_load(runnable);
+  if (mode == "spin") return IdleConfig{};
+  if (mode == "backoff") return for_load(~0U);
+  throw std::invalid_argument("idle mode '" + mode + "' is not auto, spin or backoff");
 }
 
 void IdleStrategy::reset() {

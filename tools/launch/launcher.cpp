@@ -339,6 +339,9 @@ void Launcher::start_ranks() {
         {"NODECOMM_BACKEND", "nodecomm"},
     };
     if (netsim_) env.emplace_back("NODECOMM_LINK_RATE", netsim_->rate());
+    if (oversubscribed() && std::getenv("NODECOMM_IDLE") == nullptr) {
+      env.emplace_back("NODECOMM_IDLE", "backoff");
+    }
     spec.env = environment_with(env);
     spec.stdin_fd = rank.world == 0 && rank0_gets_stdin ? -1 : dev_null_.get();
     // If the launcher is SIGKILLed, nothing else would stop the ranks.

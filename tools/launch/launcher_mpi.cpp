@@ -120,6 +120,8 @@ std::pair<std::string, std::vector<std::string>> Launcher::mpirun_command() cons
   // per real node) would stack them all on one core. CLI11 keeps the last --cores given, so
   // a --daemon-arg=--cores=... still wins.
   args.emplace_back("--cores=none");
+  // Several daemons and all their ranks share these cores: spinning would starve them.
+  if (oversubscribed()) args.emplace_back("--idle=backoff");
   args.insert(args.end(), opts_.daemon_args.begin(), opts_.daemon_args.end());
   return {path, args};
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace nodecomm::ipc {
 
@@ -20,6 +21,11 @@ struct IdleConfig {
   // included). When they outnumber the CPUs, a spinner holds a CPU that the process it waits
   // for needs, so spinning is cut to a few iterations and parks stay short.
   static IdleConfig for_load(unsigned runnable);
+  // The load-shaped config for a mode: "auto" (for_load), "spin" (a dedicated core: the
+  // defaults) or "backoff" (a shared machine, whatever the local count says: simulated
+  // clusters run several daemons and all their ranks on the same cores). Throws
+  // std::invalid_argument for another mode.
+  static IdleConfig for_mode(const std::string& mode, unsigned runnable);
 };
 
 // CPUs this process may run on (its affinity mask).
