@@ -38,8 +38,8 @@ std::string default_daemon_cores() {
     domain = numa->cpuset;
   }
   hwloc_obj_t last = nullptr;
-  for (hwloc_obj_t core = hwloc_get_next_obj_inside_cpuset_by_type(topology, domain,
-                                                                     HWLOC_OBJ_CORE, nullptr);
+  for (hwloc_obj_t core =
+           hwloc_get_next_obj_inside_cpuset_by_type(topology, domain, HWLOC_OBJ_CORE, nullptr);
        core != nullptr;
        core = hwloc_get_next_obj_inside_cpuset_by_type(topology, domain, HWLOC_OBJ_CORE, core)) {
     if (hwloc_bitmap_intersects(core->cpuset, hwloc_topology_get_allowed_cpuset(topology))) {

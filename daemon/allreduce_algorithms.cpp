@@ -67,6 +67,9 @@ class RingAllreduce final : public AllreduceAlgorithm {
         rank_(net.rank()),
         elem_(proto::dtype_size(spec.dtype)),
         base_(static_cast<uint8_t*>(spec.buffer)) {
+    if (nodes_ == 0 || rank_ >= nodes_) {
+      throw TransportError(fmt::format("ring: rank {} of {} nodes", rank_, nodes_));
+    }
     const size_t per_block = spec.count / nodes_;
     const size_t extra = spec.count % nodes_;
     size_t first = 0;
@@ -79,7 +82,9 @@ class RingAllreduce final : public AllreduceAlgorithm {
     const size_t chunk = std::max<size_t>(tuning.chunk_bytes, 1);
     slices_ = std::clamp<size_t>((largest_block_bytes + chunk - 1) / chunk, 1, kTagsPerOperation);
     const size_t slice_elems = (blocks_[0].count + slices_ - 1) / slices_;
-    lanes_ = std::clamp<uint32_t>(tuning.endpoints, 1, net.lanes());
+    lanes_ = std::max<uint32_t>(std::min(tuning.endpoints, net.lanes()), 1);
+    right_ = (rank_ + 1) % nodes_;
+    left_ = (rank_ + nodes_ - 1) % nodes_;
     slots_.resize(std::clamp<size_t>(tuning.pipeline_depth, 1, slices_));
     if (nodes_ > 1 && slice_elems > 0) {
       auto* scratch = static_cast<uint8_t*>(hooks.scratch(slots_.size() * slice_elems * elem_));
@@ -112,7 +117,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
   };
 
   uint32_t block_at(int64_t offset) const {
-    const int64_t n = nodes_;
+    const int64_t n = std::max<int64_t>(nodes_, 1);  // never 0 (constructor), said for the analyzer
     return static_cast<uint32_t>(((static_cast<int64_t>(rank_) + offset) % n + n) % n);
   }
   Range part(uint32_t block, size_t slice) const {
@@ -157,15 +162,13 @@ class RingAllreduce final : public AllreduceAlgorithm {
     }
     const uint32_t lane = static_cast<uint32_t>(slot.slice % lanes_);
     const int tag = tag_base_ + static_cast<int>(slot.slice);
-    const uint32_t right = (rank_ + 1) % nodes_;
-    const uint32_t left = (rank_ + nodes_ - 1) % nodes_;
     // Both neighbours compute the same ranges, so empty parts are skipped on both sides.
     const Range out = part(send_block(slot), slot.slice);
     const Range in = part(recv_block(slot), slot.slice);
-    if (out.count > 0) slot.send = net_.isend(lane, right, tag, at(out), out.count * elem_);
+    if (out.count > 0) slot.send = net_.isend(lane, right_, tag, at(out), out.count * elem_);
     if (in.count > 0) {
       void* into = reducing(slot) ? slot.tmp : at(in);
-      slot.recv = net_.irecv(lane, left, tag, into, in.count * elem_);
+      slot.recv = net_.irecv(lane, left_, tag, into, in.count * elem_);
     }
   }
 
@@ -198,6 +201,8 @@ class RingAllreduce final : public AllreduceAlgorithm {
   std::vector<Range> blocks_;
   size_t slices_ = 1;
   uint32_t lanes_ = 1;
+  uint32_t right_ = 0;  // neighbours in the ring
+  uint32_t left_ = 0;
   std::vector<Slot> slots_;
   size_t next_slice_ = 0;
   size_t finished_ = 0;

@@ -30,9 +30,9 @@ AllreduceAlgorithmKind parse_algorithm(const std::string& text);
 struct AlgorithmTuning {
   AllreduceAlgorithmKind allreduce = AllreduceAlgorithmKind::kAuto;
   // auto: messages of at most this many bytes use recursive doubling, larger ones the ring.
-  size_t small_bytes = 64 * 1024;
+  size_t small_bytes = size_t{64} * 1024;
   // The ring moves each block in slices of about this many bytes.
-  size_t chunk_bytes = 512 * 1024;
+  size_t chunk_bytes = size_t{512} * 1024;
   // Ring slices in flight at once on each node.
   uint32_t pipeline_depth = 8;
   // Lanes (endpoints) the slices are spread over, at most the transport's lanes().

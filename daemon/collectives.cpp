@@ -189,8 +189,7 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
       operation->member_lost_midway = true;
       return;
     }
-    reduce_members(Members{*job, *lay, *operation}, s, staging + first * s.wire_elem, count,
-                   first);
+    reduce_members(Members{*job, *lay, *operation}, s, staging + first * s.wire_elem, count, first);
   };
   // avg and f16/bf16 need the range in f32 once more: the staging copy may still be on its
   // way to the next node, so it is never changed in place.
@@ -213,7 +212,8 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
       copy_out(result, in, count * s.elem);
       if (s.average) divide_by(s.dtype, result, count, s.size);
     }
-    for (size_t k = 1; k < m.count(); ++k) copy_out(m.recv(k) + first * s.elem, result, count * s.elem);
+    for (size_t k = 1; k < m.count(); ++k)
+      copy_out(m.recv(k) + first * s.elem, result, count * s.elem);
   };
   StagingPool* pool = &ctx.staging;
   hooks.scratch = [pool, operation](size_t bytes) {

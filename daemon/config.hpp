@@ -11,7 +11,7 @@ namespace nodecomm::daemon {
 
 struct DaemonConfig {
   std::string instance = "default";
-  std::string runtime_dir;  // empty: <default runtime base>/<instance>
+  std::string runtime_dir;     // empty: <default runtime base>/<instance>
   std::string cores = "auto";  // hwloc list ("3", "2-3,6"), "auto" or "none"
   std::string transport = "mpi";
   uint64_t default_arena_bytes = 64ULL << 20;

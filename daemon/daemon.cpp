@@ -141,10 +141,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
         sched_yield();
         break;
       case ipc::IdleStrategy::Phase::kPark:
-        if (network_busy) {
-          // MPI only progresses inside MPI calls: sleep briefly rather than leave the network.
-          idle_.idle(0);
-        } else if (now - last_work_ns_ < kShallowParkNs) {
+        if (now - last_work_ns_ < kShallowParkNs) {
           // Training loops post again within microseconds of a completion: a short sleep
           // catches that without the clients' wake-up message round trip of a deep park.
           idle_.idle(0);
@@ -228,8 +225,7 @@ void Daemon::accept_clients() {
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
     clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
-    idle_ =
-        ipc::IdleStrategy(
+    idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
       reply_hello_error(*clients_[id], proto::Status::kQueueFull,
@@ -527,8 +523,7 @@ void Daemon::reap() {
     }
   }
   if (clients_.size() != before) {
-    idle_ =
-        ipc::IdleStrategy(
+    idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
   }
 }

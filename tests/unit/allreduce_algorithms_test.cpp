@@ -4,6 +4,8 @@
 // the state machines see completions in many orders. Every element of every node's result
 // is checked against a reference computed here, and every range must be prepared exactly
 // once before it is read and delivered exactly once.
+#include "allreduce_algorithms.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,7 +17,6 @@
 #include <tuple>
 #include <vector>
 
-#include "allreduce_algorithms.hpp"
 #include "transport.hpp"
 
 namespace nodecomm::daemon {
@@ -99,8 +100,7 @@ class FakeEndpoint final : public PointToPoint {
   uint32_t size() const override { return net_.nodes(); }
   uint32_t lanes() const override { return net_.lanes(); }
   int max_tag() const override { return 32767; }
-  P2pRequest isend(uint32_t lane, uint32_t peer, int tag, const void* data,
-                   size_t bytes) override {
+  P2pRequest isend(uint32_t lane, uint32_t peer, int tag, const void* data, size_t bytes) override {
     EXPECT_LT(lane, lanes());
     EXPECT_LE(tag, max_tag());
     return net_.send({lane, rank_, peer, tag}, data, bytes);
@@ -295,9 +295,9 @@ TEST(AllreduceAlgorithms, RecursiveDoublingPowersOfTwoAndNot) {
   for (uint32_t nodes : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u}) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}}) {
       for (RedOp op : {RedOp::kSum, RedOp::kMax, RedOp::kProd}) {
-        run_case({AllreduceAlgorithmKind::kRecursiveDoubling, nodes, count, DType::kI64, op, 0,
-                  1, 1},
-                 seed++);
+        run_case(
+            {AllreduceAlgorithmKind::kRecursiveDoubling, nodes, count, DType::kI64, op, 0, 1, 1},
+            seed++);
         if (HasFatalFailure()) return;
       }
     }
