@@ -50,6 +50,11 @@ DaemonConfig parse_config(int argc, char** argv) {
   std::string algorithm = "auto";
   std::string small_bytes = std::to_string(c.tuning.small_bytes);
   std::string chunk_bytes = std::to_string(c.tuning.chunk_bytes);
+  std::string priority_policy = "direct";
+  std::string fusion = "on";
+  std::string fusion_threshold = std::to_string(c.sched.fusion_threshold_bytes);
+  std::string sched_chunk = std::to_string(c.sched.chunk_bytes);
+  std::string sched_window = std::to_string(c.sched.window_bytes);
   app.add_option("--instance", c.instance,
                  "Instance name; '{node}' is replaced by the node index (MPI rank)")
       ->capture_default_str();
@@ -113,8 +118,37 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "While the network is busy: longest sleep between polls (microseconds)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
+  app.add_option("--priority-policy", priority_policy,
+                 "Order of ready operations on the network: none (submission order), direct "
+                 "(the caller's priority, higher first) or lifo (latest submission first)")
+      ->check(CLI::IsMember({"none", "direct", "lifo"}))
+      ->capture_default_str();
+  app.add_option("--fusion", fusion, "Pack small ready allreduces into one transfer")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--fusion-threshold", fusion_threshold,
+                 "Largest fused transfer in bytes (K, M suffixes), as HOROVOD_FUSION_THRESHOLD")
+      ->capture_default_str();
+  app.add_option("--fusion-cycle-us", c.sched.fusion_cycle_us,
+                 "Shortest time between two scheduling rounds (microseconds), as "
+                 "HOROVOD_CYCLE_TIME")
+      ->check(CLI::Range(0u, 10000000u))
+      ->capture_default_str();
+  app.add_option("--sched-chunk-size", sched_chunk,
+                 "Bytes one scheduling round hands out: large operations go out in chunks of "
+                 "this size, and a higher-priority operation overtakes at the next chunk")
+      ->capture_default_str();
+  app.add_option("--sched-window", sched_window,
+                 "Scheduled bytes on the network above which no new round starts")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
+    c.sched.policy = parse_priority_policy(priority_policy);
+    c.sched.fusion = fusion == "on";
+    c.sched.fusion_threshold_bytes = parse_bytes(fusion_threshold);
+    c.sched.chunk_bytes = parse_bytes(sched_chunk);
+    c.sched.window_bytes = parse_bytes(sched_window);
+    if (c.sched.chunk_bytes == 0) throw CLI::ValidationError("--sched-chunk-size", "must be > 0");
     c.tuning.allreduce = parse_algorithm(algorithm);
     c.tuning.small_bytes = parse_bytes(small_bytes);
     c.tuning.chunk_bytes = parse_bytes(chunk_bytes);

@@ -6,6 +6,7 @@
 
 #include "allreduce_algorithms.hpp"
 #include "log.hpp"
+#include "schedule.hpp"
 
 namespace nodecomm::daemon {
 
@@ -28,6 +29,8 @@ struct DaemonConfig {
   std::string idle = "auto";  // auto, spin or backoff (ipc::IdleConfig::for_mode)
   uint32_t net_park_min_us = 5;
   uint32_t net_park_max_us = 200;
+  // Priorities, fusion and chunking of multi-node operations (schedule.hpp).
+  SchedulerTuning sched;
 };
 
 // Parses argv. On --help prints usage and exits 0; on a bad flag prints one line to stderr

@@ -327,6 +327,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                     "{} says {}",
                     job_name, job.local_size, hello.local_rank, hello.local_size));
   }
+  if (hello.local_rank == 0) job.requested = hello.tuning;
   if (ClientSession* other = job.members[hello.local_rank]; other != nullptr) {
     return reply_hello_error(client, Status::kInvalidArgument,
                              fmt::format("local rank {} of job '{}' is already attached by pid {}",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nodecomm/proto/abi.hpp"
+#include "schedule.hpp"
 #include "staging.hpp"
 #include "transport.hpp"
 
@@ -47,6 +48,10 @@ struct Operation {
   int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
   // A member vanished while the transport was still reading or delivering its ranges.
   bool member_lost_midway = false;
+  // Negotiated scheduling: elements handed out to units so far, and finished.
+  size_t scheduled_elems = 0;
+  size_t finished_elems = 0;
+  bool staged = false;  // stage_in ran
 
   const proto::OpDescriptor& first() const;
 };
@@ -89,6 +94,7 @@ class Communicator {
   uint32_t local_size() const { return local_size_; }
   const CommLayout& layout() const { return layout_; }
   bool freed = false;  // a completed comm_free: dropped once its operations are gone
+  CommSchedule schedule;  // negotiated scheduling state (multi-node communicators)
   // Files a submission; the operation is created on its first submission.
   Operation& add(uint32_t local_rank, const Submission& submission);
   std::map<uint64_t, Operation>& ops() { return ops_; }
@@ -135,6 +141,10 @@ class Job {
   uint32_t attached = 0;                // members whose segment is mapped
   State state = State::kAttaching;
   std::string failure;
+  // Scheduling overrides from local rank 0's environment (NODECOMM_PRIORITY_POLICY, ...).
+  proto::JobTuning requested{-1, -1, -1, -1};
+  // int8 error feedback: each tensor's residual, by (comm, name, count).
+  std::map<std::string, std::vector<float>> residuals;
 
   // Placement, known once the daemons have exchanged their local counts.
   uint32_t node_index = 0;

@@ -93,10 +93,21 @@ typedef struct nc_init_options {
   double timeout_sec; /* 0: NODECOMM_TIMEOUT_SEC or 300 */
 } nc_init_options_t;
 
-/* Per-operation attributes; pass NULL for the defaults. */
+/* How an allreduce's data crosses the network between nodes (f32 allreduce only; the node's
+ * ranks are always summed exactly in f32 first). */
+typedef enum nc_compress {
+  NC_COMPRESS_NONE = 0,
+  NC_COMPRESS_BF16 = 1, /* bfloat16 on the wire, accumulated in f32; half the bytes */
+  NC_COMPRESS_F16 = 2,  /* IEEE binary16 on the wire, accumulated in f32; half the bytes */
+  NC_COMPRESS_INT8 = 3  /* int8 blocks with per-block scales and error feedback (sum/avg);
+                           needs a distinct `name` per tensor to keep its residual */
+} nc_compress_t;
+
+/* Per-operation attributes; pass NULL for the defaults. Zero-initialise, set what you need. */
 typedef struct nc_op_attr {
-  int32_t priority; /* reserved for scheduling; 0 */
+  int32_t priority; /* higher crosses the network first under the `direct` policy; default 0 */
   const char* name; /* tensor name shown in diagnostics; may be NULL; copied */
+  nc_compress_t compress; /* wire compression; NC_COMPRESS_NONE by default */
 } nc_op_attr_t;
 
 /* Fills `opts` with the "use the environment" values (local_rank = -1, the rest zero). */
@@ -270,6 +281,9 @@ size_t nc_dtype_size(nc_dtype_t dtype);
 nc_status_t nc_dtype_parse(const char* name, nc_dtype_t* dtype);
 const char* nc_redop_name(nc_redop_t op);
 nc_status_t nc_redop_parse(const char* name, nc_redop_t* op);
+/* "none", "bf16", "f16", "int8". */
+const char* nc_compress_name(nc_compress_t compress);
+nc_status_t nc_compress_parse(const char* name, nc_compress_t* compress);
 
 #pragma GCC visibility pop
 

@@ -356,7 +356,7 @@ class Context {
   // post from several threads as the C API allows.
   template <class Call>
   Request post(const char* name, Call&& call) {
-    const nc_op_attr_t attr{0, name};
+    const nc_op_attr_t attr{0, name, NC_COMPRESS_NONE};
     nc_request_t id = 0;
     check(call(&attr, &id));
     return Request(ctx_, id);

@@ -406,4 +406,22 @@ nc_status_t nc_redop_parse(const char* name, nc_redop_t* op) {
   return NC_ERR_INVALID_ARGUMENT;
 }
 
+const char* nc_compress_name(nc_compress_t compress) {
+  if (compress < NC_COMPRESS_NONE || compress > NC_COMPRESS_INT8) return nullptr;
+  return proto::compression_name(static_cast<proto::Compression>(compress)).data();
+}
+
+nc_status_t nc_compress_parse(const char* name, nc_compress_t* compress) {
+  for (int c = NC_COMPRESS_NONE; name != nullptr && compress != nullptr && c <= NC_COMPRESS_INT8;
+       ++c) {
+    if (proto::compression_name(static_cast<proto::Compression>(c)) == name) {
+      *compress = static_cast<nc_compress_t>(c);
+      return NC_OK;
+    }
+  }
+  t_last_error = std::string("unknown compression '") + (name ? name : "(null)") +
+                 "'; expected none, bf16, f16 or int8";
+  return NC_ERR_INVALID_ARGUMENT;
+}
+
 }  // extern "C"

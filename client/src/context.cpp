@@ -63,6 +63,48 @@ bool parse_size(const char* text, uint64_t& out) {
   return true;
 }
 
+// The job's scheduling overrides, sent to the daemon with the hello.
+Result resolve_tuning(proto::JobTuning& t) {
+  if (const char* v = env("NODECOMM_PRIORITY_POLICY")) {
+    t.priority_policy = -1;
+    for (int p = 0; p < static_cast<int>(proto::PriorityPolicy::kCount); ++p) {
+      if (proto::priority_policy_name(static_cast<proto::PriorityPolicy>(p)) == v) {
+        t.priority_policy = p;
+      }
+    }
+    if (t.priority_policy < 0) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_PRIORITY_POLICY '{}' is not none, direct or lifo", v));
+    }
+  }
+  if (const char* v = env("NODECOMM_FUSION")) {
+    const std::string text = v;
+    if (text == "on" || text == "1") {
+      t.fusion = 1;
+    } else if (text == "off" || text == "0") {
+      t.fusion = 0;
+    } else {
+      return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("NODECOMM_FUSION '{}' is not on or off", v));
+    }
+  }
+  uint64_t value = 0;
+  if (const char* v = env("NODECOMM_FUSION_THRESHOLD")) {
+    if (!parse_size(v, value) || value > (uint64_t{1} << 40)) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_FUSION_THRESHOLD '{}' is not a size like 64M", v));
+    }
+    t.fusion_threshold_bytes = static_cast<int64_t>(value);
+  }
+  if (const char* v = env("NODECOMM_FUSION_CYCLE_US")) {
+    if (!parse_size(v, value) || value > 10'000'000) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_FUSION_CYCLE_US '{}' is not 0..10000000", v));
+    }
+    t.fusion_cycle_us = static_cast<int64_t>(value);
+  }
+  return Result::ok();
+}
+
 }  // namespace
 
 Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
@@ -125,7 +167,7 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
     }
     s.timeout_sec = t == 0 ? 1e12 : t;
   }
-  return Result::ok();
+  return resolve_tuning(s.tuning);
 }
 
 Result Context::create(const Settings& settings, Context*& out) {
@@ -165,6 +207,7 @@ Result Context::attach(const Settings& s) {
   hello.local_size = s.local_size;
   hello.arena_bytes = s.arena_bytes;
   ipc::copy_text(hello.job, s.job);
+  hello.tuning = s.tuning;
   if (ipc::send_message(socket_.get(), &hello, sizeof(hello)) != ipc::IoResult::kOk) {
     return daemon_lost("sending hello");
   }
@@ -360,6 +403,7 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   d.comm_id = a.comm;
   d.root = a.root;
   d.priority = a.attr != nullptr ? a.attr->priority : 0;
+  d.compression = a.attr != nullptr ? static_cast<uint8_t>(a.attr->compress) : 0;
   d.flags = in_place ? proto::kOpFlagInPlace : 0;
   ipc::copy_text(d.name, r.name);
   const bool send_in_arena = send_bytes == 0 || in_arena(a.send, send_bytes, d.send_offset);

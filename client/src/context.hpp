@@ -13,6 +13,7 @@
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/segment.hpp"
+#include "nodecomm/proto/control.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/abi.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -34,6 +35,8 @@ struct Settings {
   uint64_t arena_bytes = 0;
   double timeout_sec = 300;
   double connect_timeout_sec = 10;
+  // NODECOMM_PRIORITY_POLICY, NODECOMM_FUSION, NODECOMM_FUSION_THRESHOLD, NODECOMM_FUSION_CYCLE_US
+  proto::JobTuning tuning{-1, -1, -1, -1};
 };
 
 // Resolves options, then the environment, then defaults.

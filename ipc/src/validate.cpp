@@ -39,6 +39,31 @@ Verdict check_buffer(const char* which, uint64_t offset, uint64_t bytes, uint64_
 }
 }  // namespace
 
+// Wire compression is for f32 gradients: allreduce only; int8 with error feedback only sums.
+Verdict check_compression(const proto::OpDescriptor& d) {
+  if (d.compression >= static_cast<uint8_t>(proto::Compression::kCount)) {
+    return reject(Status::kInvalidArgument, fmt::format("unknown compression {}", d.compression));
+  }
+  const auto c = static_cast<proto::Compression>(d.compression);
+  if (c == proto::Compression::kNone) return {};
+  const auto op = static_cast<proto::RedOp>(d.redop);
+  const std::string_view name = proto::compression_name(c);
+  if (static_cast<proto::Collective>(d.collective) != proto::Collective::kAllreduce ||
+      static_cast<proto::DType>(d.dtype) != proto::DType::kF32) {
+    return reject(Status::kUnsupported,
+                  fmt::format("compression {} is for f32 allreduce only, got {} {}", name,
+                              proto::collective_name(static_cast<proto::Collective>(d.collective)),
+                              proto::dtype_name(static_cast<proto::DType>(d.dtype))));
+  }
+  const bool sums = op == proto::RedOp::kSum || op == proto::RedOp::kAvg;
+  if (op == proto::RedOp::kProd || (c == proto::Compression::kInt8 && !sums)) {
+    return reject(Status::kUnsupported,
+                  fmt::format("compression {} does not support reduction op {}", name,
+                              proto::redop_name(op)));
+  }
+  return {};
+}
+
 Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits& limits) {
   if (d.collective >= static_cast<uint16_t>(proto::Collective::kCount)) {
     return reject(Status::kInvalidArgument, fmt::format("unknown collective {}", d.collective));
@@ -55,11 +80,12 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
                   fmt::format("reduction op avg needs a floating dtype, got {}",
                               proto::dtype_name(static_cast<proto::DType>(d.dtype))));
   }
-  if ((d.flags & ~proto::kOpFlagInPlace) != 0 || d.reserved != 0) {
-    return reject(
-        Status::kInvalidArgument,
-        fmt::format("unknown flags {:#x} or non-zero reserved field {}", d.flags, d.reserved));
+  const bool reserved_clear = d.reserved[0] == 0 && d.reserved[1] == 0 && d.reserved[2] == 0;
+  if ((d.flags & ~proto::kOpFlagInPlace) != 0 || !reserved_clear) {
+    return reject(Status::kInvalidArgument,
+                  fmt::format("unknown flags {:#x} or non-zero reserved bytes", d.flags));
   }
+  if (Verdict v = check_compression(d); !v.ok()) return v;
   if (d.seq == 0) return reject(Status::kInvalidArgument, "sequence number 0 (they start at 1)");
   if (static_cast<proto::Collective>(d.collective) == proto::Collective::kCommSplit) {
     // count carries the key and root the color; no buffers, nothing else to check.

@@ -73,7 +73,7 @@ int check_one(nodecomm::Context& ctx, uint64_t count, const char* mode, nc_redop
   for (uint64_t i = 0; i < count; ++i) s[i] = static_cast<T>(pattern(rank, i));
   nc_request_t id = 0;
   const std::string name = std::string("check.") + mode;
-  nc_op_attr_t attr{0, name.c_str()};
+  nc_op_attr_t attr{0, name.c_str(), NC_COMPRESS_NONE};
   nodecomm::check(nc_allreduce(ctx.handle(), s, r, count, nodecomm::dtype_of<T>(), op,
                                NC_COMM_WORLD, &attr, &id));
   nodecomm::check(nc_wait(ctx.handle(), id));

@@ -401,7 +401,7 @@ class Checker {
         c.prepare(rank_, send.get(), recv.get());
       }
       const std::string name = fmt::format("collectives_check {}", what);
-      const nc_op_attr_t attr{0, name.c_str()};
+      const nc_op_attr_t attr{0, name.c_str(), NC_COMPRESS_NONE};
       nc_request_t req = 0;
       const char* call_name = "?";
       if (const nc_status_t s = post(ctx_, c, rank_, call.send, call.recv, &attr, &req, &call_name);

@@ -77,7 +77,7 @@ TEST(Validate, RejectsUnknownEnumsFlagsAndReserved) {
   d.flags = 0x80;
   expect_rejected(d, Status::kInvalidArgument, "flags");
   d = good();
-  d.reserved = 1;
+  d.reserved[1] = 1;
   expect_rejected(d, Status::kInvalidArgument, "reserved");
   d = good();
   d.seq = 0;

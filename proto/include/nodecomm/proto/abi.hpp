@@ -20,7 +20,7 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr size_t kLineBytes = 128;
 inline constexpr size_t kTensorNameBytes = 40;
 inline constexpr size_t kCompletionMessageBytes = 200;
@@ -63,12 +63,13 @@ struct OpDescriptor {
   uint64_t recv_offset;         // arena offset of the receive buffer
   uint32_t comm_id;             // 0 is the world communicator
   uint32_t root;                // rank within comm, for rooted collectives
-  int32_t priority;             // higher runs first once scheduling lands; 0 by default
+  int32_t priority;             // higher runs first under the `direct` policy; 0 by default
   uint16_t collective;          // Collective
   uint8_t dtype;                // DType
   uint8_t redop;                // RedOp
   uint32_t flags;               // kOpFlag*
-  uint32_t reserved;            // must be 0
+  uint8_t compression;          // Compression on the wire between nodes (allreduce only)
+  uint8_t reserved[3];          // must be 0
   uint64_t aux_offset;          // allgatherv/alltoallv: arena offset of their uint64 count arrays
   char name[kTensorNameBytes];  // diagnostics only, NUL-padded, need not be terminated
 };
@@ -78,6 +79,7 @@ static_assert(sizeof(OpDescriptor) == 112);
 static_assert(offsetof(OpDescriptor, comm_id) == 40);
 static_assert(offsetof(OpDescriptor, collective) == 52);
 static_assert(offsetof(OpDescriptor, aux_offset) == 64);
+static_assert(offsetof(OpDescriptor, compression) == 60);
 static_assert(offsetof(OpDescriptor, name) == 72);
 
 // The daemon's answer to one OpDescriptor.

@@ -25,6 +25,18 @@ enum class ControlType : uint32_t {
   kBye = 6,         // client → daemon: orderly finalize
 };
 
+// Scheduling parameters a job may set for itself (from its ranks' NODECOMM_* environment);
+// a negative value (or kTuningDefault) keeps the daemon's setting. Node 0's values win: the
+// daemons of a job negotiate with what node 0's ranks asked for.
+inline constexpr int64_t kTuningDefault = -1;
+struct JobTuning {
+  int32_t priority_policy;        // PriorityPolicy, or -1
+  int32_t fusion;                 // 0 off, 1 on, or -1
+  int64_t fusion_threshold_bytes; // or -1
+  int64_t fusion_cycle_us;        // or -1
+};
+static_assert(sizeof(JobTuning) == 24 && std::is_trivially_copyable_v<JobTuning>);
+
 struct Hello {
   uint32_t type;            // kHello
   uint32_t magic;           // kControlMagic
@@ -34,8 +46,9 @@ struct Hello {
   uint32_t reserved;
   uint64_t arena_bytes;     // requested; the daemon may refuse more than its limit
   char job[kJobNameBytes];  // NUL-terminated
+  JobTuning tuning;         // the job's overrides of the daemon's scheduling parameters
 };
-static_assert(sizeof(Hello) == 96 && std::is_trivially_copyable_v<Hello>);
+static_assert(sizeof(Hello) == 96 + sizeof(JobTuning) && std::is_trivially_copyable_v<Hello>);
 
 struct HelloReply {
   uint32_t type;  // kHelloReply

@@ -37,6 +37,21 @@ enum class DType : uint8_t {
   kU8 = 7,
   kCount
 };
+// How an allreduce's data travels between nodes; the node's ranks are always summed exactly.
+enum class Compression : uint8_t {
+  kNone = 0,
+  kBF16 = 1,  // f32 data as bfloat16 on the wire, accumulated in f32
+  kF16 = 2,   // f32 data as IEEE binary16 on the wire, accumulated in f32
+  kInt8 = 3,  // f32 data as int8 blocks with per-block scales, with error feedback
+  kCount
+};
+// Order in which ready operations of one communicator cross the network.
+enum class PriorityPolicy : uint8_t {
+  kNone = 0,    // submission (sequence) order
+  kDirect = 1,  // the caller's priority, higher first; ties in submission order
+  kLifo = 2,    // the latest submission first, as backprop produces the first layer last
+  kCount
+};
 enum class RedOp : uint8_t { kSum = 0, kProd = 1, kMin = 2, kMax = 3, kAvg = 4, kCount };
 enum class Collective : uint16_t {
   kAllreduce = 0,
@@ -115,6 +130,34 @@ constexpr std::string_view redop_name(RedOp op) {
       return "avg";
     default:
       return "?redop";
+  }
+}
+
+constexpr std::string_view compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kBF16:
+      return "bf16";
+    case Compression::kF16:
+      return "f16";
+    case Compression::kInt8:
+      return "int8";
+    default:
+      return "?compression";
+  }
+}
+
+constexpr std::string_view priority_policy_name(PriorityPolicy p) {
+  switch (p) {
+    case PriorityPolicy::kNone:
+      return "none";
+    case PriorityPolicy::kDirect:
+      return "direct";
+    case PriorityPolicy::kLifo:
+      return "lifo";
+    default:
+      return "?policy";
   }
 }
 

@@ -1,0 +1,85 @@
+// How a multi-node communicator's ready operations are put on the network: the tuning, and
+// the per-communicator state of the negotiated scheduler (engine_schedule.cpp).
+//
+// Every daemon must start inter-node operations in the same order. With priorities or
+// fusion, which operations go next depends on which are ready on every node, so the daemons
+// agree on it in rounds: each round is a small allgather of what each node has ready (a
+// bitmap over a window of sequence numbers, with priorities), after which every daemon
+// computes the same schedule from the same records. A round hands out at most chunk_bytes;
+// large allreduces go out chunk by chunk, so a higher-priority operation that becomes ready
+// overtakes at the next round. Small allreduces with the same dtype, op and compression are
+// packed into one fused transfer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nodecomm/proto/control.hpp"
+#include "nodecomm/proto/types.hpp"
+#include "staging.hpp"
+
+namespace nodecomm::daemon {
+
+using TransportHandle = uint64_t;
+
+struct SchedulerTuning {
+  proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
+  bool fusion = true;
+  // Largest fused transfer, as Horovod's HOROVOD_FUSION_THRESHOLD.
+  size_t fusion_threshold_bytes = size_t{64} << 20;
+  // Shortest time between the starts of two negotiation rounds (HOROVOD_CYCLE_TIME).
+  uint32_t fusion_cycle_us = 0;
+  // Bytes one round hands out: the unit of overtaking.
+  size_t chunk_bytes = size_t{1} << 20;
+  // Scheduled bytes still on the network above which no new round starts.
+  size_t window_bytes = size_t{2} << 20;
+
+  // Without priorities or fusion, operations go out in sequence order and need no rounds.
+  bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }
+};
+
+// The daemon's tuning with a job's overrides applied.
+SchedulerTuning with_job_overrides(SchedulerTuning tuning, const proto::JobTuning& job);
+// "none", "direct", "lifo"; throws std::invalid_argument.
+proto::PriorityPolicy parse_priority_policy(const std::string& text);
+
+// One transfer the daemons agreed on: a range of one allreduce, several small allreduces
+// fused into one buffer, an int8 allreduce, a whole other collective, or a round.
+struct ScheduledUnit {
+  enum class Kind : uint8_t { kChunk, kFused, kInt8, kWhole };
+  Kind kind = Kind::kWhole;
+  TransportHandle handle = 0;
+  std::vector<uint64_t> seqs;    // the operations it carries
+  std::vector<size_t> offsets;   // kFused: first element of each operation in `buffer`
+  size_t first = 0;              // kChunk: element range of the operation
+  size_t count = 0;
+  size_t bytes = 0;              // on the network, for the window
+  StagingPool::Buffer buffer;    // kFused: the packed operations; kInt8: every node's blocks
+  StagingPool::Buffer scratch;   // the algorithm's scratch
+};
+
+struct CommSchedule {
+  // Lowest sequence number not yet handed out in full, and those above it that are.
+  uint64_t floor = 1;
+  std::set<uint64_t> scheduled_ahead;
+  std::deque<ScheduledUnit> units;  // started, in agreed order
+  size_t bytes_in_flight = 0;
+  TransportHandle round = 0;  // 0: no round in flight
+  std::vector<uint8_t> round_records;
+  uint64_t last_round_ns = 0;
+  uint64_t rounds = 0;
+
+  bool fully_scheduled(uint64_t seq) const {
+    return seq < floor || scheduled_ahead.count(seq) > 0;
+  }
+  void mark_scheduled(uint64_t seq) {
+    scheduled_ahead.insert(seq);
+    while (scheduled_ahead.erase(floor) > 0) ++floor;
+  }
+};
+
+}  // namespace nodecomm::daemon
