@@ -8,6 +8,7 @@
 
 #include "reduce.hpp"
 #include "transport.hpp"
+#include "wire_codec.hpp"
 
 namespace nodecomm::daemon {
 
@@ -86,9 +87,20 @@ class RingAllreduce final : public AllreduceAlgorithm {
     right_ = (rank_ + 1) % nodes_;
     left_ = (rank_ + nodes_ - 1) % nodes_;
     slots_.resize(std::clamp<size_t>(tuning.pipeline_depth, 1, slices_));
+    compressed_ = spec.wire != proto::Compression::kNone;
+    if (compressed_ && spec.dtype != proto::DType::kF32) {
+      throw TransportError("ring: wire compression needs f32 data");
+    }
+    // Per slot: the incoming message, and (compressed) the encoded outgoing one.
+    const size_t in_bytes = compressed_ ? wire_bytes(spec.wire, slice_elems) : slice_elems * elem_;
+    const size_t out_bytes = compressed_ ? in_bytes : 0;
     if (nodes_ > 1 && slice_elems > 0) {
-      auto* scratch = static_cast<uint8_t*>(hooks.scratch(slots_.size() * slice_elems * elem_));
-      for (size_t s = 0; s < slots_.size(); ++s) slots_[s].tmp = scratch + s * slice_elems * elem_;
+      const size_t per_slot = in_bytes + out_bytes;
+      auto* scratch = static_cast<uint8_t*>(hooks.scratch(slots_.size() * per_slot));
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        slots_[s].tmp = scratch + s * per_slot;
+        slots_[s].out = compressed_ ? slots_[s].tmp + in_bytes : nullptr;
+      }
     }
   }
 
@@ -114,6 +126,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
     P2pRequest send = 0;  // 0: none outstanding
     P2pRequest recv = 0;
     uint8_t* tmp = nullptr;
+    uint8_t* out = nullptr;  // compressed: the encoded outgoing part
   };
 
   uint32_t block_at(int64_t offset) const {
@@ -165,6 +178,16 @@ class RingAllreduce final : public AllreduceAlgorithm {
     // Both neighbours compute the same ranges, so empty parts are skipped on both sides.
     const Range out = part(send_block(slot), slot.slice);
     const Range in = part(recv_block(slot), slot.slice);
+    if (compressed_) {
+      if (out.count > 0) {
+        wire_encode(spec_.wire, reinterpret_cast<const float*>(at(out)), out.count, slot.out);
+        slot.send = net_.isend(lane, right_, tag, slot.out, wire_bytes(spec_.wire, out.count));
+      }
+      if (in.count > 0) {
+        slot.recv = net_.irecv(lane, left_, tag, slot.tmp, wire_bytes(spec_.wire, in.count));
+      }
+      return;
+    }
     if (out.count > 0) slot.send = net_.isend(lane, right_, tag, at(out), out.count * elem_);
     if (in.count > 0) {
       void* into = reducing(slot) ? slot.tmp : at(in);
@@ -178,11 +201,21 @@ class RingAllreduce final : public AllreduceAlgorithm {
     if (slot.recv != 0 && net_.done(slot.recv)) slot.recv = 0;
     if (slot.send != 0 || slot.recv != 0) return false;
     const Range in = part(recv_block(slot), slot.slice);
+    auto* values = reinterpret_cast<float*>(at(in));
     if (reducing(slot)) {
-      if (in.count > 0) accumulate(spec_.dtype, spec_.op, at(in), slot.tmp, in.count);
+      if (in.count > 0 && compressed_) {
+        wire_decode_accumulate(spec_.wire, spec_.op, slot.tmp, in.count, values);
+      } else if (in.count > 0) {
+        accumulate(spec_.dtype, spec_.op, at(in), slot.tmp, in.count);
+      }
       // After the last reduce-scatter step this node holds block r+1 finished.
-      if (slot.step + 2 == nodes_ && in.count > 0) hooks_.done(in.first, in.count);
+      if (slot.step + 2 == nodes_ && in.count > 0) {
+        // The others get this block through the wire format; keep exactly what they get.
+        if (compressed_) wire_round_trip(spec_.wire, values, in.count);
+        hooks_.done(in.first, in.count);
+      }
     } else if (in.count > 0) {
+      if (compressed_) wire_decode(spec_.wire, slot.tmp, in.count, values);
       hooks_.done(in.first, in.count);
     }
     ++slot.step;
@@ -206,6 +239,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
   std::vector<Slot> slots_;
   size_t next_slice_ = 0;
   size_t finished_ = 0;
+  bool compressed_ = false;
 };
 
 // Recursive doubling on the largest power of two p <= N. The first 2(N-p) nodes pair up

@@ -58,6 +58,10 @@ struct AllreduceSpec {
   size_t count = 0;
   proto::DType dtype = proto::DType::kF32;
   proto::RedOp op = proto::RedOp::kSum;  // sum, prod, min or max
+  // bf16/f16 (f32 data only, ring only): every message carries 2-byte values and is
+  // accumulated in f32 on arrival. The node that finishes a block rounds its own copy the same
+  // way, so every node ends with identical bits.
+  proto::Compression wire = proto::Compression::kNone;
 };
 
 class AllreduceAlgorithm {

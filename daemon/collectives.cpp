@@ -1,11 +1,17 @@
 #include "collectives.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "client_session.hpp"
 #include "reduce.hpp"
+#include "wire_codec.hpp"
 
 namespace nodecomm::daemon {
 
@@ -28,6 +34,7 @@ struct Shape {
   size_t wire_elem;
   uint32_t size;  // ranks in the communicator
   uint32_t root;
+  proto::Compression compression;  // allreduce between nodes
 };
 
 Shape shape_of(const CommLayout& lay, const Operation& op) {
@@ -46,6 +53,7 @@ Shape shape_of(const CommLayout& lay, const Operation& op) {
   s.wire_elem = proto::dtype_size(s.wire);
   s.size = lay.size;
   s.root = d.root;
+  s.compression = static_cast<proto::Compression>(d.compression);
   return s;
 }
 
@@ -167,13 +175,14 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
   return total;
 }
 
-// The transport's callbacks for one allreduce: the node's contribution to a range is reduced
-// from the members' send buffers just before the range goes out, and a finished range is
-// delivered to every member at once, so both overlap the network. A member that vanishes
+// The transport's callbacks for one allreduce whose element 0 sits at `base` in wire format
+// and whose transport buffer starts at element `shift`: the node's contribution to a range is
+// reduced from the members' send buffers just before the range goes out, and a finished range
+// is delivered to every member at once, so both overlap the network. A member that vanishes
 // mid-way marks the operation, which then fails instead of delivering a partial sum.
-AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s) {
+AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s,
+                               uint8_t* base, size_t shift, StagingPool::Buffer* scratch_holder) {
   AllreduceHooks hooks;
-  auto* staging = static_cast<uint8_t*>(op.staging.data);
   Job* job = &ctx.job;
   const CommLayout* lay = &ctx.comm.layout();
   Operation* operation = &op;
@@ -184,23 +193,25 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
     }
     return true;
   };
-  hooks.prepare = [=](size_t first, size_t count) {
+  hooks.prepare = [=](size_t from, size_t count) {
+    const size_t first = from + shift;
     if (!all_alive()) {
       operation->member_lost_midway = true;
       return;
     }
-    reduce_members(Members{*job, *lay, *operation}, s, staging + first * s.wire_elem, count, first);
+    reduce_members(Members{*job, *lay, *operation}, s, base + first * s.wire_elem, count, first);
   };
   // avg and f16/bf16 need the range in f32 once more: the staging copy may still be on its
   // way to the next node, so it is never changed in place.
   auto scratch = std::make_shared<std::vector<uint8_t>>();
-  hooks.done = [=](size_t first, size_t count) {
+  hooks.done = [=](size_t from, size_t count) {
+    const size_t first = from + shift;
     if (!all_alive()) {
       operation->member_lost_midway = true;
       return;
     }
     const Members m{*job, *lay, *operation};
-    const uint8_t* in = staging + first * s.wire_elem;
+    const uint8_t* in = base + first * s.wire_elem;
     uint8_t* result = m.recv(0) + first * s.elem;
     if (s.widen && s.average) {
       scratch->assign(in, in + count * s.wire_elem);
@@ -216,11 +227,58 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
       copy_out(m.recv(k) + first * s.elem, result, count * s.elem);
   };
   StagingPool* pool = &ctx.staging;
-  hooks.scratch = [pool, operation](size_t bytes) {
-    operation->staging2 = pool->acquire(std::max<size_t>(bytes, 1));
-    return operation->staging2.data;
+  hooks.scratch = [pool, scratch_holder](size_t bytes) {
+    pool->release(*scratch_holder);
+    *scratch_holder = pool->acquire(std::max<size_t>(bytes, 1));
+    return scratch_holder->data;
   };
   return hooks;
+}
+
+AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s) {
+  return allreduce_hooks(ctx, op, s, static_cast<uint8_t*>(op.staging.data), 0, &op.staging2);
+}
+
+// int8 with error feedback: each node adds its residual to its contribution, quantizes it
+// once, and every node's blocks are gathered; each daemon then sums the dequantized blocks
+// in node order, so all nodes hold identical bits and only the node's own rounding, carried
+// to the next step, is lost. Sums only (validated), so avg divides at delivery.
+std::string residual_key(const Communicator& comm, const Operation& op) {
+  const proto::OpDescriptor& d = op.first();
+  const std::string name(d.name, strnlen(d.name, sizeof(d.name)));
+  return fmt::format("{}/{}/{}", comm.id(), name, d.count);
+}
+
+TransportHandle start_allreduce_int8(CollectiveContext& ctx, Operation& op, const Shape& s) {
+  const CommLayout& lay = ctx.comm.layout();
+  const AllreduceHooks hooks = allreduce_hooks(ctx, op, s);
+  if (s.count > 0) hooks.prepare(0, s.count);
+  const size_t wire = wire_bytes(proto::Compression::kInt8, s.count);
+  if (wire > static_cast<size_t>(INT32_MAX)) {
+    throw TransportError(fmt::format("int8 allreduce of {} elements is too large", s.count));
+  }
+  auto* blocks = static_cast<uint8_t*>(acquire(ctx, op.staging2, wire * lay.node_count));
+  std::vector<float>& residual = ctx.job.residuals[residual_key(ctx.comm, op)];
+  residual.resize(s.count, 0.0f);
+  wire_encode_with_feedback(proto::Compression::kInt8, static_cast<const float*>(op.staging.data),
+                            residual.data(), s.count, blocks + lay.node_index * wire);
+  std::vector<int> bytes(lay.node_count, static_cast<int>(wire));
+  std::vector<int> displs(lay.node_count);
+  for (uint32_t n = 0; n < lay.node_count; ++n) displs[n] = static_cast<int>(n * wire);
+  return ctx.transport.start_allgatherv(lay.node_comm, blocks, std::move(bytes), std::move(displs));
+}
+
+void finish_allreduce_int8(CollectiveContext& ctx, Operation& op, const Shape& s) {
+  const CommLayout& lay = ctx.comm.layout();
+  if (s.count == 0) return;
+  auto* sum = static_cast<float*>(op.staging.data);
+  const auto* blocks = static_cast<const uint8_t*>(op.staging2.data);
+  const size_t wire = wire_bytes(proto::Compression::kInt8, s.count);
+  wire_decode(proto::Compression::kInt8, blocks, s.count, sum);
+  for (uint32_t n = 1; n < lay.node_count; ++n) {
+    wire_decode_accumulate(proto::Compression::kInt8, RedOp::kSum, blocks + n * wire, s.count, sum);
+  }
+  allreduce_hooks(ctx, op, s).done(0, s.count);
 }
 
 }  // namespace
@@ -353,7 +411,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
   std::vector<int> displs;
   switch (s.collective) {
     case Collective::kAllreduce:
-      return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op,
+      if (s.compression == proto::Compression::kInt8) return start_allreduce_int8(ctx, op, s);
+      return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op, s.compression,
                                allreduce_hooks(ctx, op, s));
     case Collective::kReduce:
       return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node);
@@ -418,6 +477,62 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
   }
 }
 
+AllreduceWire allreduce_wire(const CommLayout& lay, const Operation& op) {
+  const Shape s = shape_of(lay, op);
+  return {s.wire, s.op, s.compression, s.wire_elem};
+}
+
+TransportHandle start_allreduce_chunk(CollectiveContext& ctx, Operation& op, size_t first,
+                                      size_t count, StagingPool::Buffer& scratch) {
+  const CommLayout& lay = ctx.comm.layout();
+  const Shape s = shape_of(lay, op);
+  auto* base = static_cast<uint8_t*>(op.staging.data);
+  return ctx.transport.start_allreduce(lay.node_comm, base + first * s.wire_elem, count, s.wire,
+                                       s.op, s.compression,
+                                       allreduce_hooks(ctx, op, s, base, first, &scratch));
+}
+
+TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
+                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch) {
+  const CommLayout& lay = ctx.comm.layout();
+  const Shape first_shape = shape_of(lay, *parts.front().op);
+  size_t total = 0;
+  for (const FusedPart& p : parts) total = std::max(total, p.offset + p.op->first().count);
+  auto* base = static_cast<uint8_t*>(acquire(ctx, buffer, total * first_shape.wire_elem));
+  // Each part's own callbacks on its slice of the fused buffer; every part is packed now.
+  struct Part {
+    size_t offset;
+    size_t count;
+    AllreduceHooks hooks;
+  };
+  auto packed = std::make_shared<std::vector<Part>>();
+  for (const FusedPart& p : parts) {
+    const Shape s = shape_of(lay, *p.op);
+    Part part{p.offset, s.count,
+              allreduce_hooks(ctx, *p.op, s, base + p.offset * s.wire_elem, 0, &scratch)};
+    if (part.count > 0) part.hooks.prepare(0, part.count);
+    packed->push_back(std::move(part));
+  }
+  AllreduceHooks hooks;
+  hooks.prepare = [](size_t, size_t) {};
+  hooks.done = [packed](size_t first, size_t count) {
+    for (const Part& p : *packed) {
+      const size_t lo = std::max(first, p.offset);
+      const size_t hi = std::min(first + count, p.offset + p.count);
+      if (lo < hi) p.hooks.done(lo - p.offset, hi - lo);
+    }
+  };
+  StagingPool* pool = &ctx.staging;
+  StagingPool::Buffer* holder = &scratch;
+  hooks.scratch = [pool, holder](size_t bytes) {
+    pool->release(*holder);
+    *holder = pool->acquire(std::max<size_t>(bytes, 1));
+    return holder->data;
+  };
+  return ctx.transport.start_allreduce(lay.node_comm, base, total, first_shape.wire,
+                                       first_shape.op, first_shape.compression, hooks);
+}
+
 void stage_out(CollectiveContext& ctx, Operation& op) {
   const CommLayout& lay = ctx.comm.layout();
   const Members m{ctx.job, lay, op};
@@ -427,7 +542,12 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
   auto* staging = static_cast<uint8_t*>(op.staging.data);
   switch (s.collective) {
     case Collective::kAllreduce:
-      break;  // delivered range by range as the transport finished them (allreduce_hooks)
+      // Delivered range by range as the transport finished them (allreduce_hooks), except
+      // int8, whose gathered blocks are summed only now.
+      if (s.compression == proto::Compression::kInt8 && lay.node_count > 1) {
+        finish_allreduce_int8(ctx, op, s);
+      }
+      break;
     case Collective::kReduce:
       if (const int root = m.root(s); root >= 0 && m.alive(root)) {
         finish_reduction(s, staging, m.recv(root), s.count);

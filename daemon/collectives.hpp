@@ -7,6 +7,8 @@
 // node-major order (CommLayout), so each node's part is one contiguous run on the network.
 #pragma once
 
+#include <vector>
+
 #include "job.hpp"
 #include "staging.hpp"
 #include "transport.hpp"
@@ -28,5 +30,27 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op);
 void stage_out(CollectiveContext& ctx, Operation& op);
 // Releases staging after a failure.
 void release_staging(CollectiveContext& ctx, Operation& op);
+
+// For the negotiated scheduler (engine_schedule.cpp), which sends an allreduce in chunks or
+// packs several into one transfer. stage_in must have run (it acquires the staging).
+struct AllreduceWire {
+  proto::DType dtype;  // in staging and on the network (f32 for f16/bf16)
+  proto::RedOp op;     // avg travels as sum
+  proto::Compression compression;
+  size_t elem;  // bytes of one staging element
+};
+AllreduceWire allreduce_wire(const CommLayout& lay, const Operation& op);
+// Elements [first, first + count) of the operation, as one transport allreduce whose scratch
+// lives in `scratch` (the caller releases it once the transfer is complete).
+TransportHandle start_allreduce_chunk(CollectiveContext& ctx, Operation& op, size_t first,
+                                      size_t count, StagingPool::Buffer& scratch);
+// Whole allreduces with the same AllreduceWire, packed at element `offset` of `buffer`, as
+// one transfer. Each part is reduced into the buffer now and delivered as its range finishes.
+struct FusedPart {
+  Operation* op;
+  size_t offset;
+};
+TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
+                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch);
 
 }  // namespace nodecomm::daemon

@@ -159,6 +159,10 @@ bool is_comm_management(const Operation& op) {
 }  // namespace
 
 size_t Engine::progress(Job& job, Communicator& comm) {
+  if (comm.layout().node_count > 1) {
+    const SchedulerTuning tuning = with_job_overrides(sched_, job.requested);
+    if (tuning.negotiated()) return progress_negotiated(job, comm, tuning);
+  }
   size_t work = 0;
   size_t in_network = 0;
   auto& ops = comm.ops();

@@ -23,6 +23,11 @@ class Engine {
   Engine(Transport& transport, StagingPool& staging, EngineLimits limits = {})
       : transport_(transport), staging_(staging), limits_(limits) {}
 
+  // Priorities, fusion and chunking for operations that span nodes (schedule.hpp); a job's
+  // own overrides (NODECOMM_PRIORITY_POLICY, ...) apply on top.
+  void set_scheduler_tuning(const SchedulerTuning& tuning) { sched_ = tuning; }
+  const SchedulerTuning& scheduler_tuning() const { return sched_; }
+
   // One pass over a running job: new submissions, then progress. Returns work done.
   size_t poll(Job& job);
   // A member is gone: every operation still gathering fails for all remaining members and so
@@ -36,6 +41,15 @@ class Engine {
   size_t drain(Job& job, ClientSession& member);
   void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
   size_t progress(Job& job, Communicator& comm);
+  // The negotiated scheduler (engine_schedule.cpp).
+  size_t progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning);
+  size_t poll_units(Job& job, Communicator& comm);
+  void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
+  void apply_round(Job& job, Communicator& comm);
+  void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
+  void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
+  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why);
+  bool locally_ready(const Communicator& comm, const Operation& op) const;
   void start(Job& job, Communicator& comm, Operation& op);
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
@@ -46,6 +60,7 @@ class Engine {
   Transport& transport_;
   StagingPool& staging_;
   EngineLimits limits_;
+  SchedulerTuning sched_;
   size_t inter_node_ops_ = 0;
 };
 

@@ -1,1 +1,414 @@
+// The negotiated scheduler: priorities, chunking and fusion for communicators that span
+// nodes (see schedule.hpp for the design). Every daemon runs the same rounds in the same
+// order, and from the same gathered records computes the same units in the same order, so
+// the transport sees identical start sequences everywhere.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "collectives.hpp"
 #include "engine.hpp"
+#include "log.hpp"
+#include "nodecomm/ipc/clock.hpp"
+
+namespace nodecomm::daemon {
+
+using proto::Status;
+
+namespace {
+
+constexpr size_t kWindow = 128;  // sequence numbers one round can see past the floor
+
+// What one daemon tells the others each round. Only node 0's tuning fields are used, so the
+// daemons agree even if their jobs' environments differ.
+struct RoundRecord {
+  uint64_t floor;
+  uint64_t ready[kWindow / 64];
+  int32_t priority[kWindow];
+  uint32_t policy;
+  uint32_t fusion;
+  uint64_t fusion_threshold;
+  uint64_t chunk_bytes;
+};
+static_assert(std::is_trivially_copyable_v<RoundRecord>);
+
+bool is_management(const Operation& op) {
+  const auto c = static_cast<proto::Collective>(op.first().collective);
+  return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
+}
+
+bool is_allreduce(const Operation& op) {
+  return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
+}
+
+bool is_int8(const Operation& op) {
+  return static_cast<proto::Compression>(op.first().compression) == proto::Compression::kInt8;
+}
+
+// Bytes a whole non-allreduce operation puts on the network, roughly, for the round budget.
+size_t whole_bytes(const Operation& op, const CommLayout& lay) {
+  const auto dtype = static_cast<proto::DType>(op.first().dtype);
+  return static_cast<size_t>(op.first().count) * proto::dtype_size(dtype) * lay.size;
+}
+
+}  // namespace
+
+bool Engine::locally_ready(const Communicator& comm, const Operation& op) const {
+  if (is_management(op) || comm.schedule.fully_scheduled(op.seq)) return false;
+  return op.phase == Operation::Phase::kReady ||
+         (op.phase == Operation::Phase::kInterNode && op.scheduled_elems > 0);
+}
+
+size_t Engine::progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+  CommSchedule& sched = comm.schedule;
+  size_t work = poll_units(job, comm);
+  if (sched.round != 0) {
+    try {
+      if (transport_.test(sched.round)) {
+        --inter_node_ops_;
+        sched.round = 0;
+        apply_round(job, comm);
+        ++work;
+      }
+    } catch (const TransportError& e) {
+      --inter_node_ops_;
+      sched.round = 0;
+      comm.poison(Status::kPeerLost,
+                  fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(),
+                              e.what()));
+    }
+  }
+  auto& ops = comm.ops();
+  // Operations no round will take: failures, and a split or free once everything before it
+  // has left the network (nothing overtakes those, see Engine::progress).
+  for (auto it = ops.begin(); it != ops.end();) {
+    Operation& op = it->second;
+    const bool handed_out = sched.fully_scheduled(op.seq) || op.scheduled_elems > 0;
+    if (comm.poisoned() && !handed_out && op.phase != Operation::Phase::kDone) {
+      complete(job, comm, op, comm.poison_status(),
+               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                           comm.poison_reason()));
+    }
+    if (is_management(op) && op.seq == sched.floor && sched.units.empty() && sched.round == 0 &&
+        op.phase == Operation::Phase::kReady) {
+      start(job, comm, op);
+      ++work;
+    }
+    if (is_management(op) && op.phase == Operation::Phase::kInterNode) {
+      try {
+        if (transport_.test(op.handle)) {
+          --inter_node_ops_;
+          finish(job, comm, op);
+          ++work;
+        }
+      } catch (const TransportError& e) {
+        --inter_node_ops_;
+        const std::string text = fmt::format("{} seq {} failed between nodes: {}",
+                                             describe_submission(op.first()), op.seq, e.what());
+        complete(job, comm, op, Status::kPeerLost, text);
+        comm.poison(Status::kPeerLost, text);
+      }
+    }
+    if (is_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
+      sched.mark_scheduled(op.seq);
+    }
+    // A finished operation stays while a transfer still uses its buffers, and until every
+    // daemon has handed it out, so that a round that names it finds it.
+    if (op.phase == Operation::Phase::kDone && op.units_in_flight == 0 &&
+        (sched.fully_scheduled(op.seq) || !op.advertised)) {
+      CollectiveContext ctx{job, comm, staging_, transport_};
+      release_staging(ctx, op);
+      it = ops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (sched.round == 0 && !comm.poisoned() && sched.bytes_in_flight < tuning.window_bytes) {
+    const uint64_t now = ipc::monotonic_ns();
+    const bool cycle_passed =
+        tuning.fusion_cycle_us == 0 || now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
+    bool any_ready = false;
+    for (auto it = ops.lower_bound(sched.floor);
+         it != ops.end() && it->first < sched.floor + kWindow; ++it) {
+      if (is_management(it->second)) break;
+      if (locally_ready(comm, it->second)) {
+        any_ready = true;
+        break;
+      }
+    }
+    const auto floor_op = ops.find(sched.floor);
+    const bool fence = floor_op != ops.end() && is_management(floor_op->second);
+    if (any_ready && cycle_passed && !fence) {
+      start_round(job, comm, tuning);
+      ++work;
+    }
+  }
+  return work;
+}
+
+void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+  (void)job;
+  CommSchedule& sched = comm.schedule;
+  const CommLayout& lay = comm.layout();
+  RoundRecord mine{};
+  mine.floor = sched.floor;
+  mine.policy = static_cast<uint32_t>(tuning.policy);
+  mine.fusion = tuning.fusion ? 1 : 0;
+  mine.fusion_threshold = tuning.fusion_threshold_bytes;
+  mine.chunk_bytes = tuning.chunk_bytes;
+  auto& ops = comm.ops();
+  for (auto it = ops.lower_bound(sched.floor);
+       it != ops.end() && it->first < sched.floor + kWindow; ++it) {
+    if (is_management(it->second)) break;  // nothing overtakes a split or free
+    if (!locally_ready(comm, it->second)) continue;
+    const uint64_t i = it->first - sched.floor;
+    mine.ready[i / 64] |= uint64_t{1} << (i % 64);
+    mine.priority[i] = it->second.first().priority;
+    it->second.advertised = true;
+  }
+  sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
+  std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
+              sizeof(mine));
+  std::vector<int> bytes(lay.node_count, static_cast<int>(sizeof(RoundRecord)));
+  std::vector<int> displs(lay.node_count);
+  for (uint32_t n = 0; n < lay.node_count; ++n) {
+    displs[n] = static_cast<int>(n * sizeof(RoundRecord));
+  }
+  sched.round = transport_.start_allgatherv(lay.node_comm, sched.round_records.data(),
+                                            std::move(bytes), std::move(displs));
+  sched.last_round_ns = ipc::monotonic_ns();
+  ++sched.rounds;
+  ++inter_node_ops_;
+}
+
+void Engine::apply_round(Job& job, Communicator& comm) {
+  CommSchedule& sched = comm.schedule;
+  const CommLayout& lay = comm.layout();
+  std::vector<RoundRecord> records(lay.node_count);
+  std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * lay.node_count);
+  for (const RoundRecord& r : records) {
+    if (r.floor != sched.floor) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {} diverged between nodes: this node is at "
+                              "seq {}, another at seq {}",
+                              comm.id(), sched.floor, r.floor));
+      return;
+    }
+  }
+  const RoundRecord& lead = records[0];
+  const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
+  const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
+  // Ready on every node.
+  std::vector<uint64_t> eligible;
+  for (size_t i = 0; i < kWindow; ++i) {
+    bool all = true;
+    for (const RoundRecord& r : records) all = all && ((r.ready[i / 64] >> (i % 64)) & 1u) != 0;
+    if (all) eligible.push_back(i);
+  }
+  const auto priority_of = [&](uint64_t i) { return lead.priority[i]; };
+  if (policy == proto::PriorityPolicy::kDirect) {
+    std::stable_sort(eligible.begin(), eligible.end(),
+                     [&](uint64_t a, uint64_t b) { return priority_of(a) > priority_of(b); });
+  } else if (policy == proto::PriorityPolicy::kLifo) {
+    std::reverse(eligible.begin(), eligible.end());
+  }
+  // Hand out at most `chunk` bytes, in policy order. Small allreduces join a fused transfer
+  // with the same wire format (placed where its first member falls in the order).
+  size_t budget = chunk;
+  std::vector<ScheduledUnit> plan;
+  using FuseKey = std::tuple<proto::DType, proto::RedOp, proto::Compression>;
+  std::map<FuseKey, size_t> open_fusion;  // key -> index in plan
+  std::vector<size_t> fused_bytes;        // by plan index
+  for (const uint64_t i : eligible) {
+    if (budget == 0) break;
+    const uint64_t seq = sched.floor + i;
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here",
+                              comm.id(), seq));
+      return;
+    }
+    Operation& op = found->second;
+    ScheduledUnit unit;
+    unit.seqs.push_back(seq);
+    if (!is_allreduce(op) || is_int8(op)) {
+      unit.kind = is_allreduce(op) ? ScheduledUnit::Kind::kInt8 : ScheduledUnit::Kind::kWhole;
+      unit.bytes = whole_bytes(op, lay);
+      budget -= std::min(budget, unit.bytes);
+      plan.push_back(std::move(unit));
+      fused_bytes.push_back(0);
+      continue;
+    }
+    const AllreduceWire wire = allreduce_wire(lay, op);
+    const size_t count = op.first().count;
+    const size_t remaining = (count - op.scheduled_elems) * wire.elem;
+    const bool fusable = lead.fusion != 0 && op.scheduled_elems == 0 && remaining <= chunk &&
+                         remaining <= lead.fusion_threshold;
+    if (fusable) {
+      const FuseKey key{wire.dtype, wire.op, wire.compression};
+      auto open = open_fusion.find(key);
+      if (open != open_fusion.end() && fused_bytes[open->second] + remaining <= lead.fusion_threshold) {
+        ScheduledUnit& fused = plan[open->second];
+        fused.kind = ScheduledUnit::Kind::kFused;
+        fused.seqs.push_back(seq);
+        fused.offsets.push_back(fused.offsets.back() + fused.count);
+        fused.count = count;  // elements of the last part, to place the next one
+        fused.bytes += remaining;
+        fused_bytes[open->second] += remaining;
+        budget -= std::min(budget, remaining);
+        continue;
+      }
+      unit.kind = ScheduledUnit::Kind::kChunk;
+      unit.offsets.push_back(0);
+      unit.first = 0;
+      unit.count = count;
+      unit.bytes = remaining;
+      open_fusion[key] = plan.size();
+      fused_bytes.push_back(remaining);
+      budget -= std::min(budget, remaining);
+      plan.push_back(std::move(unit));
+      continue;
+    }
+    const size_t take = std::max<size_t>(std::min(remaining, budget) / wire.elem, 1);
+    unit.kind = ScheduledUnit::Kind::kChunk;
+    unit.first = op.scheduled_elems;
+    unit.count = std::min(take, count - op.scheduled_elems);
+    unit.bytes = unit.count * wire.elem;
+    budget -= std::min(budget, unit.bytes);
+    plan.push_back(std::move(unit));
+    fused_bytes.push_back(0);
+  }
+  for (ScheduledUnit& unit : plan) {
+    if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
+      unit.offsets.clear();  // a fusion candidate that found no partner: a whole-op chunk
+    }
+    start_unit(job, comm, std::move(unit));
+  }
+}
+
+void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
+  CommSchedule& sched = comm.schedule;
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  auto op_at = [&](uint64_t seq) -> Operation& { return comm.ops().at(seq); };
+  // Operations already failed here still take part, on scratch data, because the other
+  // daemons run this transfer too; their results are simply not delivered.
+  try {
+    switch (unit.kind) {
+      case ScheduledUnit::Kind::kChunk: {
+        Operation& op = op_at(unit.seqs[0]);
+        if (!op.staged) {
+          stage_in(ctx, op);
+          op.staged = true;
+        }
+        if (op.phase == Operation::Phase::kReady) op.phase = Operation::Phase::kInterNode;
+        op.scheduled_elems = unit.first + unit.count;
+        if (op.scheduled_elems == op.first().count) sched.mark_scheduled(op.seq);
+        unit.handle = start_allreduce_chunk(ctx, op, unit.first, unit.count, unit.scratch);
+        break;
+      }
+      case ScheduledUnit::Kind::kFused: {
+        std::vector<FusedPart> parts;
+        for (size_t k = 0; k < unit.seqs.size(); ++k) {
+          Operation& op = op_at(unit.seqs[k]);
+          if (op.phase == Operation::Phase::kReady) op.phase = Operation::Phase::kInterNode;
+          op.scheduled_elems = op.first().count;
+          sched.mark_scheduled(op.seq);
+          parts.push_back({&op, unit.offsets[k]});
+        }
+        unit.handle = start_allreduce_fused(ctx, parts, unit.buffer, unit.scratch);
+        break;
+      }
+      case ScheduledUnit::Kind::kInt8:
+      case ScheduledUnit::Kind::kWhole: {
+        Operation& op = op_at(unit.seqs[0]);
+        sched.mark_scheduled(op.seq);
+        op.scheduled_elems = std::max<size_t>(op.first().count, 1);
+        if (op.phase == Operation::Phase::kDone) {
+          throw TransportError(fmt::format("seq {} already failed on this node", op.seq));
+        }
+        start(job, comm, op);  // stage_in + start_network, as without scheduling
+        if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
+        --inter_node_ops_;  // counted per unit below instead
+        unit.handle = op.handle;
+        break;
+      }
+    }
+  } catch (const TransportError& e) {
+    fail_unit(job, comm, unit, e.what());
+    return;
+  }
+  sched.bytes_in_flight += unit.bytes;
+  ++inter_node_ops_;
+  for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
+  sched.units.push_back(std::move(unit));
+}
+
+size_t Engine::poll_units(Job& job, Communicator& comm) {
+  CommSchedule& sched = comm.schedule;
+  size_t work = 0;
+  for (auto it = sched.units.begin(); it != sched.units.end();) {
+    ScheduledUnit& unit = *it;
+    bool finished = false;
+    try {
+      finished = transport_.test(unit.handle);
+    } catch (const TransportError& e) {
+      --inter_node_ops_;
+      sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
+      fail_unit(job, comm, unit, e.what());
+      it = sched.units.erase(it);
+      ++work;
+      continue;
+    }
+    if (!finished) {
+      ++it;
+      continue;
+    }
+    --inter_node_ops_;
+    sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
+    unit_done(job, comm, unit);
+    it = sched.units.erase(it);
+    ++work;
+  }
+  return work;
+}
+
+void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
+  staging_.release(unit.scratch);
+  staging_.release(unit.buffer);
+  for (const uint64_t seq : unit.seqs) {
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) continue;
+    Operation& op = found->second;
+    --op.units_in_flight;
+    if (op.phase == Operation::Phase::kDone) continue;  // failed here meanwhile
+    if (unit.kind == ScheduledUnit::Kind::kChunk) {
+      op.finished_elems += unit.count;
+      if (op.finished_elems < op.first().count) continue;
+    }
+    finish(job, comm, op);
+  }
+}
+
+void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why) {
+  staging_.release(unit.scratch);
+  staging_.release(unit.buffer);
+  std::string text;
+  for (const uint64_t seq : unit.seqs) {
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) continue;
+    Operation& op = found->second;
+    if (op.units_in_flight > 0) --op.units_in_flight;
+    CollectiveContext ctx{job, comm, staging_, transport_};
+    if (op.units_in_flight == 0) release_staging(ctx, op);
+    text = fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()), seq,
+                       why);
+    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, Status::kPeerLost, text);
+  }
+  if (!text.empty()) comm.poison(Status::kPeerLost, text);
+}
+
+}  // namespace nodecomm::daemon

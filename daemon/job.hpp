@@ -51,7 +51,9 @@ struct Operation {
   // Negotiated scheduling: elements handed out to units so far, and finished.
   size_t scheduled_elems = 0;
   size_t finished_elems = 0;
-  bool staged = false;  // stage_in ran
+  bool staged = false;      // stage_in ran
+  bool advertised = false;  // offered to the other daemons in a round
+  uint32_t units_in_flight = 0;
 
   const proto::OpDescriptor& first() const;
 };

@@ -12,7 +12,7 @@ class LoopbackTransport final : public Transport {
   uint32_t node_count() const override { return 1; }
   std::string name() const override { return "loopback"; }
   TransportHandle start_allreduce(NodeComm, void*, size_t count, proto::DType, proto::RedOp,
-                                  const AllreduceHooks& hooks) override {
+                                  proto::Compression, const AllreduceHooks& hooks) override {
     if (count > 0) {
       hooks.prepare(0, count);
       hooks.done(0, count);

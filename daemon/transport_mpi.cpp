@@ -260,14 +260,19 @@ class MpiTransport final : public Transport {
   std::string name() const override { return "mpi"; }
 
   TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
-                                  proto::RedOp op, const AllreduceHooks& hooks) override {
+                                  proto::RedOp op, proto::Compression wire,
+                                  const AllreduceHooks& hooks) override {
     Group& group = group_of(comm);
-    const AllreduceSpec spec{buffer, count, dtype, op};
+    const AllreduceSpec spec{buffer, count, dtype, op, wire};
     const size_t bytes = count * proto::dtype_size(dtype);
     // Tags are handed out in start order, which every daemon of the group shares.
     const int tag_base = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
     std::unique_ptr<AllreduceAlgorithm> algorithm;
-    switch (choose_allreduce(tuning_, bytes, group.net->size())) {
+    // Compressed data goes around the ring, the only algorithm that re-encodes per step.
+    const AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
+                                            ? AllreduceAlgorithmKind::kRing
+                                            : choose_allreduce(tuning_, bytes, group.net->size());
+    switch (kind) {
       case AllreduceAlgorithmKind::kRecursiveDoubling:
         algorithm = make_recursive_doubling_allreduce(*group.net, tag_base, spec, hooks);
         break;
