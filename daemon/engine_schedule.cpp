@@ -32,6 +32,7 @@ struct RoundRecord {
   uint32_t fusion;
   uint64_t fusion_threshold;
   uint64_t chunk_bytes;
+  uint64_t room;  // window bytes this node has free: the round hands out the least of these
 };
 static_assert(std::is_trivially_copyable_v<RoundRecord>);
 
@@ -86,8 +87,10 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   // has left the network (nothing overtakes those, see Engine::progress).
   for (auto it = ops.begin(); it != ops.end();) {
     Operation& op = it->second;
-    const bool handed_out = sched.fully_scheduled(op.seq) || op.scheduled_elems > 0;
-    if (comm.poisoned() && !handed_out && op.phase != Operation::Phase::kDone) {
+    // After a failure no new round starts, so what is not wholly on the network fails now.
+    const bool on_network = op.units_in_flight > 0 || sched.fully_scheduled(op.seq) ||
+                            (is_management(op) && op.phase == Operation::Phase::kInterNode);
+    if (comm.poisoned() && !on_network && op.phase != Operation::Phase::kDone) {
       complete(job, comm, op, comm.poison_status(),
                fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
                            comm.poison_reason()));
@@ -126,7 +129,9 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
       ++it;
     }
   }
-  if (sched.round == 0 && !comm.poisoned() && sched.bytes_in_flight < tuning.window_bytes) {
+  // A new round once at least one chunk fits in the window.
+  if (sched.round == 0 && !comm.poisoned() &&
+      sched.bytes_in_flight + tuning.chunk_bytes <= std::max(tuning.window_bytes, tuning.chunk_bytes)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed =
         tuning.fusion_cycle_us == 0 || now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
@@ -159,6 +164,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
   mine.chunk_bytes = tuning.chunk_bytes;
+  mine.room = tuning.window_bytes - std::min(tuning.window_bytes, sched.bytes_in_flight);
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor);
        it != ops.end() && it->first < sched.floor + kWindow; ++it) {
@@ -215,9 +221,12 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   } else if (policy == proto::PriorityPolicy::kLifo) {
     std::reverse(eligible.begin(), eligible.end());
   }
-  // Hand out at most `chunk` bytes, in policy order. Small allreduces join a fused transfer
-  // with the same wire format (placed where its first member falls in the order).
-  size_t budget = chunk;
+  // Hand out what every node has room for (at least one chunk), in policy order and in
+  // units of at most a chunk. Small allreduces join a fused transfer with the same wire
+  // format (placed where its first member falls in the order).
+  uint64_t room = UINT64_MAX;
+  for (const RoundRecord& r : records) room = std::min(room, r.room);
+  size_t budget = std::max<size_t>(room, chunk);
   std::vector<ScheduledUnit> plan;
   using FuseKey = std::tuple<proto::DType, proto::RedOp, proto::Compression>;
   std::map<FuseKey, size_t> open_fusion;  // key -> index in plan
@@ -273,14 +282,22 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       plan.push_back(std::move(unit));
       continue;
     }
-    const size_t take = std::max<size_t>(std::min(remaining, budget) / wire.elem, 1);
-    unit.kind = ScheduledUnit::Kind::kChunk;
-    unit.first = op.scheduled_elems;
-    unit.count = std::min(take, count - op.scheduled_elems);
-    unit.bytes = unit.count * wire.elem;
-    budget -= std::min(budget, unit.bytes);
-    plan.push_back(std::move(unit));
-    fused_bytes.push_back(0);
+    // Consecutive chunks of one operation while the budget lasts.
+    size_t next = op.scheduled_elems;
+    while (budget > 0 && next < count) {
+      const size_t left = (count - next) * wire.elem;
+      const size_t take = std::max<size_t>(std::min({left, budget, chunk}) / wire.elem, 1);
+      ScheduledUnit piece;
+      piece.seqs.push_back(seq);
+      piece.kind = ScheduledUnit::Kind::kChunk;
+      piece.first = next;
+      piece.count = std::min(take, count - next);
+      piece.bytes = piece.count * wire.elem;
+      next += piece.count;
+      budget -= std::min(budget, piece.bytes);
+      plan.push_back(std::move(piece));
+      fused_bytes.push_back(0);
+    }
   }
   for (ScheduledUnit& unit : plan) {
     if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
