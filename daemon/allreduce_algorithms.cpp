@@ -327,6 +327,27 @@ class RecursiveDoublingAllreduce final : public AllreduceAlgorithm {
   P2pRequest recv_ = 0;
 };
 
+class RecordExchange final : public AllreduceAlgorithm {
+ public:
+  RecordExchange(PointToPoint& net, int tag_base, void* records, size_t bytes) : net_(net) {
+    auto* base = static_cast<uint8_t*>(records);
+    const uint32_t me = net.rank();
+    for (uint32_t peer = 0; peer < net.size(); ++peer) {
+      if (peer == me) continue;
+      pending_.push_back(net.irecv(0, peer, tag_base, base + peer * bytes, bytes));
+      pending_.push_back(net.isend(0, peer, tag_base, base + me * bytes, bytes));
+    }
+  }
+  bool progress() override {
+    std::erase_if(pending_, [this](P2pRequest r) { return net_.done(r); });
+    return pending_.empty();
+  }
+
+ private:
+  PointToPoint& net_;
+  std::vector<P2pRequest> pending_;
+};
+
 void check_tags(const PointToPoint& net, int tag_base) {
   if (tag_base < 0 || tag_base > net.max_tag() - kTagsPerOperation + 1) {
     throw TransportError(fmt::format("tag base {} outside [0, {}]", tag_base,
@@ -350,6 +371,12 @@ std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoi
                                                                       const AllreduceHooks& hooks) {
   check_tags(net, tag_base);
   return std::make_unique<RecursiveDoublingAllreduce>(net, tag_base, spec, hooks);
+}
+
+std::unique_ptr<AllreduceAlgorithm> make_record_exchange(PointToPoint& net, int tag_base,
+                                                         void* records, size_t bytes) {
+  check_tags(net, tag_base);
+  return std::make_unique<RecordExchange>(net, tag_base, records, bytes);
 }
 
 }  // namespace nodecomm::daemon

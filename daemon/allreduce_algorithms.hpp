@@ -81,6 +81,10 @@ std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoi
                                                                       int tag_base,
                                                                       const AllreduceSpec& spec,
                                                                       const AllreduceHooks& hooks);
+// Every node's `bytes` at records + rank * bytes reach every other node's `records`: one
+// message to and from each peer, for the scheduler's small per-round records.
+std::unique_ptr<AllreduceAlgorithm> make_record_exchange(PointToPoint& net, int tag_base,
+                                                         void* records, size_t bytes);
 // Tags an operation may use, whatever its size: the ring caps its slice count to fit.
 inline constexpr int kTagsPerOperation = 1024;
 

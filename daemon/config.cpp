@@ -1,14 +1,31 @@
 #include "config.hpp"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
+#include <vector>
 
 #include "nodecomm/proto/abi.hpp"
 
+#ifndef NODECOMM_DEFAULT_CONFIG_FILE
+#define NODECOMM_DEFAULT_CONFIG_FILE "/etc/nodecomm/nodecommd.conf"
+#endif
+
 namespace nodecomm::daemon {
+
+const char* const kDefaultConfigFile = NODECOMM_DEFAULT_CONFIG_FILE;
 
 uint64_t parse_bytes(const std::string& text) {
   size_t used = 0;
@@ -37,12 +54,27 @@ std::string expand_node(std::string text, uint32_t node) {
   return text;
 }
 
-DaemonConfig parse_config(int argc, char** argv) {
+namespace {
+
+// Flags whose NODECOMM_<NAME> the client library or nodecomm-launch read with a meaning of their
+// own (which daemon a client attaches to, how a client waits, what a job asks for). The daemon
+// inherits its starter's environment (mpirun passes the launcher's on), so it must not take
+// those as its own settings: it reads NODECOMMD_<NAME> for them instead.
+const std::set<std::string> kClientVariables = {
+    "instance", "runtime-dir",      "idle",           "priority-policy",
+    "fusion",   "fusion-threshold", "fusion-cycle-us"};
+
+// Options that are not settings: they are never read from the file or the environment.
+const std::set<std::string> kMetaOptions = {"help", "config", "print-config", "json"};
+
+[[noreturn]] void usage_error(const std::string& text) {
+  std::fprintf(stderr, "nodecommd: %s (see --help)\n", text.c_str());
+  std::exit(2);
+}
+
+// Every setting, bound to a DaemonConfig or to the text of a value parsed after CLI11.
+struct Vars {
   DaemonConfig c;
-  CLI::App app{
-      "nodecommd: the nodecomm node daemon. Runs collectives for the training processes "
-      "of this node over shared memory and drives the network (MPI) for them.",
-      "nodecommd"};
   std::string default_arena = "64M";
   std::string max_arena = "16G";
   std::string staging_cache = "1G";
@@ -53,8 +85,18 @@ DaemonConfig parse_config(int argc, char** argv) {
   std::string priority_policy = "direct";
   std::string fusion = "on";
   std::string fusion_threshold = std::to_string(c.sched.fusion_threshold_bytes);
-  std::string sched_chunk = std::to_string(c.sched.chunk_bytes);
-  std::string sched_window = std::to_string(c.sched.window_bytes);
+  std::string sched_chunk = "auto";
+  std::string sched_window = "auto";
+};
+
+struct Meta {
+  std::string config;
+  bool print = false;
+  bool json = false;
+};
+
+void define_settings(CLI::App& app, Vars& v) {
+  DaemonConfig& c = v.c;
   app.add_option("--instance", c.instance,
                  "Instance name; '{node}' is replaced by the node index (MPI rank)")
       ->capture_default_str();
@@ -68,9 +110,9 @@ DaemonConfig parse_config(int argc, char** argv) {
   app.add_option("--transport", c.transport, "Inter-node transport")
       ->check(CLI::IsMember({"mpi", "loopback"}))
       ->capture_default_str();
-  app.add_option("--default-arena", default_arena, "Arena size for clients that ask for none")
+  app.add_option("--default-arena", v.default_arena, "Arena size for clients that ask for none")
       ->capture_default_str();
-  app.add_option("--max-arena", max_arena, "Largest arena one client may ask for")
+  app.add_option("--max-arena", v.max_arena, "Largest arena one client may ask for")
       ->capture_default_str();
   app.add_option("--max-clients", c.max_clients, "Clients attached at once")
       ->check(CLI::Range(1u, 4096u))
@@ -79,20 +121,25 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "Submission and completion ring entries per client (power of two)")
       ->check(CLI::Range(2u, 1u << 16))
       ->capture_default_str();
-  app.add_option("--staging-cache", staging_cache, "Staging memory kept for reuse")
+  app.add_option("--staging-cache", v.staging_cache, "Staging memory kept for reuse")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "error, warn, info or debug")
+  app.add_option("--log-level", v.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
       ->capture_default_str();
-  app.add_option("--allreduce-algorithm", algorithm,
+  app.add_option("--log-format", c.log_format,
+                 "auto (journal when stderr goes to the systemd journal), plain, or journal "
+                 "(each line starts with its sd-daemon priority, <3> error ... <7> debug)")
+      ->check(CLI::IsMember({"auto", "plain", "journal"}))
+      ->capture_default_str();
+  app.add_option("--allreduce-algorithm", v.algorithm,
                  "Inter-node allreduce: auto (rd up to --small-bytes, ring above), ring, rd "
                  "(recursive doubling) or mpi (MPI_Iallreduce)")
       ->check(CLI::IsMember({"auto", "ring", "rd", "recursive-doubling", "mpi"}))
       ->capture_default_str();
-  app.add_option("--small-bytes", small_bytes,
+  app.add_option("--small-bytes", v.small_bytes,
                  "auto: allreduces of at most this many bytes use recursive doubling")
       ->capture_default_str();
-  app.add_option("--chunk-size", chunk_bytes, "Ring slice size in bytes (K, M suffixes)")
+  app.add_option("--chunk-size", v.chunk_bytes, "Ring slice size in bytes (K, M suffixes)")
       ->capture_default_str();
   app.add_option("--pipeline-depth", c.tuning.pipeline_depth, "Ring slices in flight per node")
       ->check(CLI::Range(1u, 1024u))
@@ -118,15 +165,15 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "While the network is busy: longest sleep between polls (microseconds)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
-  app.add_option("--priority-policy", priority_policy,
+  app.add_option("--priority-policy", v.priority_policy,
                  "Order of ready operations on the network: none (submission order), direct "
                  "(the caller's priority, higher first) or lifo (latest submission first)")
       ->check(CLI::IsMember({"none", "direct", "lifo"}))
       ->capture_default_str();
-  app.add_option("--fusion", fusion, "Pack small ready allreduces into one transfer")
+  app.add_option("--fusion", v.fusion, "Pack small ready allreduces into one transfer")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  app.add_option("--fusion-threshold", fusion_threshold,
+  app.add_option("--fusion-threshold", v.fusion_threshold,
                  "Largest fused transfer in bytes (K, M suffixes), as HOROVOD_FUSION_THRESHOLD")
       ->capture_default_str();
   app.add_option("--fusion-cycle-us", c.sched.fusion_cycle_us,
@@ -134,46 +181,359 @@ DaemonConfig parse_config(int argc, char** argv) {
                  "HOROVOD_CYCLE_TIME")
       ->check(CLI::Range(0u, 10000000u))
       ->capture_default_str();
-  app.add_option("--sched-chunk-size", sched_chunk,
-                 "Bytes one scheduling round hands out: large operations go out in chunks of "
-                 "this size, and a higher-priority operation overtakes at the next chunk")
+  app.add_option("--sched-chunk-size", v.sched_chunk,
+                 "Large operations go out in chunks of this many bytes, and a higher-priority "
+                 "operation overtakes at the next chunk; auto: a quarter of the window")
       ->capture_default_str();
-  app.add_option("--sched-window", sched_window,
-                 "Scheduled bytes on the network above which no new round starts")
+  app.add_option("--sched-window", v.sched_window,
+                 "Scheduled bytes on the network above which no new round starts; auto: the "
+                 "measured rate times --sched-target-us")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-    c.sched.policy = parse_priority_policy(priority_policy);
-    c.sched.fusion = fusion == "on";
-    c.sched.fusion_threshold_bytes = parse_bytes(fusion_threshold);
-    c.sched.chunk_bytes = parse_bytes(sched_chunk);
-    c.sched.window_bytes = parse_bytes(sched_window);
-    if (c.sched.chunk_bytes == 0) throw CLI::ValidationError("--sched-chunk-size", "must be > 0");
-    c.tuning.allreduce = parse_algorithm(algorithm);
-    c.tuning.small_bytes = parse_bytes(small_bytes);
-    c.tuning.chunk_bytes = parse_bytes(chunk_bytes);
-    if (c.tuning.chunk_bytes == 0) throw CLI::ValidationError("--chunk-size", "must be > 0");
-    c.lanes = std::max(c.lanes, c.tuning.endpoints);
-    if (!proto::is_power_of_two(c.ring_capacity)) {
-      throw CLI::ValidationError("--ring-capacity", "must be a power of two");
+  app.add_option("--sched-target-us", c.sched.target_delay_us,
+                 "auto window: how long the bytes already on the network may delay a newly "
+                 "ready operation (microseconds)")
+      ->check(CLI::Range(100u, 1000000u))
+      ->capture_default_str();
+}
+
+void define_meta(CLI::App& app, Meta& m) {
+  app.add_option("--config", m.config,
+                 fmt::format("Configuration file, NAME = VALUE lines (default {}, or "
+                             "$NODECOMMD_CONFIG; 'none' reads no file)",
+                             kDefaultConfigFile));
+  app.add_flag("--print-config", m.print,
+               "Print every effective setting and where it came from (default, file, env, "
+               "flag), then exit");
+  app.add_flag("--json", m.json, "With --print-config: print one JSON object");
+}
+
+std::string setting_name(const CLI::Option* opt) {
+  return opt->get_lnames().empty() ? std::string() : opt->get_lnames().front();
+}
+
+// The settings, in --help order.
+std::vector<CLI::Option*> settings_of(CLI::App& app) {
+  std::vector<CLI::Option*> out;
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string name = setting_name(opt);
+    if (!name.empty() && kMetaOptions.count(name) == 0) out.push_back(opt);
+  }
+  return out;
+}
+
+std::unique_ptr<CLI::App> make_app(Vars& vars, Meta& meta) {
+  auto app = std::make_unique<CLI::App>(
+      "nodecommd: the nodecomm node daemon. Runs collectives for the training processes "
+      "of this node over shared memory and drives the network (MPI) for them.",
+      "nodecommd");
+  define_settings(*app, vars);
+  define_meta(*app, meta);
+  for (CLI::Option* opt : settings_of(*app)) {
+    opt->description(
+        fmt::format("{} [env {}]", opt->get_description(), env_name_for(setting_name(opt))));
+  }
+  app->footer(fmt::format(
+      "Every setting can also be given in the configuration file as NAME = VALUE (NAME as the "
+      "flag, without dashes) and in the environment variable shown. Precedence: default < "
+      "file < environment < flag. --print-config shows the result. File: {}",
+      kDefaultConfigFile));
+  return app;
+}
+
+std::string trim(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return {};
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  return text.substr(first, last - first + 1);
+}
+
+struct FileValue {
+  std::string value;
+  int line = 0;
+};
+
+// Reads NAME = VALUE lines. '#' or ';' start a comment line; '#' after blanks ends an unquoted
+// value; values may be quoted with "..." (\" and \\ escapes) or '...'; an optional
+// [nodecommd] section line is allowed. Unknown names and repeated names are errors.
+std::map<std::string, FileValue> read_config_file(const std::string& path,
+                                                  const std::set<std::string>& known) {
+  std::ifstream in(path);
+  if (!in) usage_error(fmt::format("config file {}: {}", path, std::strerror(errno)));
+  std::map<std::string, FileValue> values;
+  std::string raw;
+  int line = 0;
+  while (std::getline(in, raw)) {
+    ++line;
+    const std::string text = trim(raw);
+    const auto where = [&] { return fmt::format("{}:{}", path, line); };
+    if (text.empty() || text[0] == '#' || text[0] == ';') continue;
+    if (text.front() == '[') {
+      if (text != "[nodecommd]") {
+        usage_error(fmt::format("{}: unknown section {} (only [nodecommd])", where(), text));
+      }
+      continue;
     }
-    c.default_arena_bytes = parse_bytes(default_arena);
-    c.max_arena_bytes = parse_bytes(max_arena);
-    c.staging_cache_bytes = parse_bytes(staging_cache);
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos) usage_error(fmt::format("{}: expected NAME = VALUE", where()));
+    std::string name = trim(text.substr(0, eq));
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (known.count(name) == 0) {
+      usage_error(fmt::format("{}: unknown setting '{}'", where(), name));
+    }
+    std::string value = trim(text.substr(eq + 1));
+    std::string rest;
+    if (!value.empty() && (value[0] == '"' || value[0] == '\'')) {
+      const char quote = value[0];
+      std::string unquoted;
+      size_t i = 1;
+      bool closed = false;
+      for (; i < value.size(); ++i) {
+        if (value[i] == quote) {
+          closed = true;
+          break;
+        }
+        if (quote == '"' && value[i] == '\\' && i + 1 < value.size()) ++i;
+        unquoted.push_back(value[i]);
+      }
+      if (!closed) usage_error(fmt::format("{}: unterminated quote", where()));
+      rest = trim(value.substr(i + 1));
+      if (!rest.empty() && rest[0] != '#') {
+        usage_error(fmt::format("{}: unexpected text after the quoted value", where()));
+      }
+      value = unquoted;
+    } else {
+      for (size_t i = 1; i < value.size(); ++i) {
+        if (value[i] == '#' && (value[i - 1] == ' ' || value[i - 1] == '\t')) {
+          value = trim(value.substr(0, i));
+          break;
+        }
+      }
+      if (value.empty()) usage_error(fmt::format("{}: '{}' has no value", where(), name));
+    }
+    if (const auto it = values.find(name); it != values.end()) {
+      usage_error(
+          fmt::format("{}: '{}' is already set on line {}", where(), name, it->second.line));
+    }
+    values[name] = FileValue{value, line};
+  }
+  return values;
+}
+
+enum class Source { kDefault, kFile, kEnv, kFlag };
+constexpr const char* kSourceNames[] = {"default", "file", "env", "flag"};
+
+struct Origin {
+  Source source = Source::kDefault;
+  std::string where;  // "FILE:LINE", "NODECOMM_X" or "--x"; empty for defaults
+  std::string value;  // the text as given
+};
+
+std::string quote_if_needed(const std::string& value) {
+  const bool plain = !value.empty() && value.find_first_of(" \t#;\"'\\") == std::string::npos;
+  if (plain) return value;
+  std::string out = "\"";
+  for (char ch : value) {
+    if (ch == '"' || ch == '\\') out.push_back('\\');
+    out.push_back(ch);
+  }
+  return out + "\"";
+}
+
+void print_config(CLI::App& app, const std::map<std::string, Origin>& origins,
+                  const std::string& file, const std::string& file_status, bool json) {
+  if (json) {
+    nlohmann::ordered_json out;
+    out["config_file"] = file;
+    out["config_file_status"] = file_status;
+    nlohmann::ordered_json settings = nlohmann::ordered_json::object();
+    for (CLI::Option* opt : settings_of(app)) {
+      const std::string name = setting_name(opt);
+      const Origin& o = origins.at(name);
+      settings[name] = {{"value", o.value},
+                        {"source", kSourceNames[static_cast<int>(o.source)]},
+                        {"from", o.where},
+                        {"env", env_name_for(name)}};
+    }
+    out["settings"] = std::move(settings);
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf(
+      "# nodecommd settings: each value and where it came from (default, file, env or "
+      "flag)\n");
+  std::printf("# config file: %s (%s)\n", file.c_str(), file_status.c_str());
+  for (CLI::Option* opt : settings_of(app)) {
+    const std::string name = setting_name(opt);
+    const Origin& o = origins.at(name);
+    std::string line = fmt::format("{} = {}", name, quote_if_needed(o.value));
+    if (line.size() < 40) line.resize(40, ' ');
+    line += fmt::format(" # {}", kSourceNames[static_cast<int>(o.source)]);
+    if (!o.where.empty()) line += " " + o.where;
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+}  // namespace
+
+std::string env_name_for(const std::string& name) {
+  std::string env = kClientVariables.count(name) != 0 ? "NODECOMMD_" : "NODECOMM_";
+  for (char ch : name) {
+    env.push_back(ch == '-' ? '_'
+                            : static_cast<char>(std::toupper(static_cast<unsigned char>(ch))));
+  }
+  return env;
+}
+
+DaemonConfig parse_config(int argc, char** argv) {
+  // 1. The flags alone: bad flags fail here, before any file or variable is looked at, and
+  //    this says which settings the flags give.
+  Vars flag_vars;
+  Meta meta;
+  std::unique_ptr<CLI::App> app = make_app(flag_vars, meta);
+  try {
+    app->parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
+    std::fputs(app->help().c_str(), stdout);
     std::exit(0);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "nodecommd: %s (see --help)\n", e.what());
-    std::exit(2);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nodecommd: bad size: %s (see --help)\n", e.what());
-    std::exit(2);
+    usage_error(e.what());
   }
+  std::set<std::string> names;
+  std::map<std::string, Origin> origins;
+  for (CLI::Option* opt : settings_of(*app)) {
+    const std::string name = setting_name(opt);
+    names.insert(name);
+    if (opt->count() > 0) {
+      origins[name] = Origin{Source::kFlag, "--" + name, opt->results().back()};
+    } else {
+      origins[name] = Origin{Source::kDefault, {}, opt->get_default_str()};
+    }
+  }
+
+  // 2. The configuration file: --config, else $NODECOMMD_CONFIG, else the default, which may
+  //    be missing. 'none' reads no file.
+  std::string file = kDefaultConfigFile;
+  bool explicit_file = false;
+  if (app->get_option("--config")->count() > 0) {
+    file = meta.config;
+    explicit_file = true;
+  } else if (const char* env = std::getenv("NODECOMMD_CONFIG"); env != nullptr && *env != '\0') {
+    file = env;
+    explicit_file = true;
+  }
+  std::string file_status;
+  std::map<std::string, FileValue> file_values;
+  const std::string shown_file = file;
+  if (file == "none") {
+    file_status = "not read";
+    file.clear();
+  } else if (!explicit_file && ::access(file.c_str(), F_OK) != 0 && errno == ENOENT) {
+    file_status = "not found";
+    file.clear();
+  } else {
+    file_values = read_config_file(file, names);
+    file_status = "read";
+  }
+
+  // 3. Environment and file values for the settings no flag gave; each is checked on its own
+  //    so that an error names the variable or the file line it came from.
+  std::vector<std::string> args;
+  args.emplace_back(argc > 0 ? argv[0] : "nodecommd");
+  for (const std::string& name : names) {
+    Origin& o = origins[name];
+    if (o.source == Source::kFlag) continue;
+    const std::string env_name = env_name_for(name);
+    if (const char* value = std::getenv(env_name.c_str()); value != nullptr && *value != '\0') {
+      o = Origin{Source::kEnv, env_name, value};
+    } else if (const auto it = file_values.find(name); it != file_values.end()) {
+      o = Origin{Source::kFile, fmt::format("{}:{}", file, it->second.line), it->second.value};
+    } else {
+      continue;
+    }
+    if (o.value.empty()) {
+      // Only a setting whose default is empty (runtime-dir) may be set to it.
+      if (!app->get_option("--" + name)->get_default_str().empty()) {
+        usage_error(fmt::format("{} ({}): empty value", o.where, name));
+      }
+      continue;
+    }
+    Vars check_vars;
+    Meta check_meta;
+    std::unique_ptr<CLI::App> check = make_app(check_vars, check_meta);
+    const std::string arg = fmt::format("--{}={}", name, o.value);
+    const char* check_argv[] = {"nodecommd", arg.c_str()};
+    try {
+      check->parse(2, check_argv);
+    } catch (const CLI::ParseError& e) {
+      usage_error(fmt::format("{} ({}): {}", o.where, name, e.what()));
+    }
+    args.push_back(arg);
+  }
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+
+  // 4. Everything together: file and environment values as flags first, then the real flags.
+  Vars v;
+  Meta final_meta;
+  app = make_app(v, final_meta);
+  std::vector<const char*> final_argv;
+  final_argv.reserve(args.size());
+  for (const std::string& a : args) final_argv.push_back(a.c_str());
+  try {
+    app->parse(static_cast<int>(final_argv.size()), final_argv.data());
+  } catch (const CLI::ParseError& e) {
+    usage_error(e.what());
+  }
+
+  const auto label = [&](const std::string& name) {
+    const Origin& o = origins.at(name);
+    return o.source == Source::kFile ? fmt::format("{} ({})", o.where, name)
+           : o.where.empty()         ? "--" + name
+                                     : o.where;
+  };
+  const auto bytes = [&](const std::string& name, const std::string& text) {
+    try {
+      return parse_bytes(text);
+    } catch (const std::exception& e) {
+      usage_error(fmt::format("{}: bad size '{}': {}", label(name), text, e.what()));
+    }
+  };
+  DaemonConfig& c = v.c;
+  c.sched.policy = parse_priority_policy(v.priority_policy);
+  c.sched.fusion = v.fusion == "on";
+  c.sched.fusion_threshold_bytes = bytes("fusion-threshold", v.fusion_threshold);
+  // 0: adaptive (SchedulerTuning).
+  c.sched.chunk_bytes = v.sched_chunk == "auto" ? 0 : bytes("sched-chunk-size", v.sched_chunk);
+  c.sched.window_bytes = v.sched_window == "auto" ? 0 : bytes("sched-window", v.sched_window);
+  c.tuning.allreduce = parse_algorithm(v.algorithm);
+  c.tuning.small_bytes = bytes("small-bytes", v.small_bytes);
+  c.tuning.chunk_bytes = bytes("chunk-size", v.chunk_bytes);
+  if (c.tuning.chunk_bytes == 0) usage_error(label("chunk-size") + ": must be > 0");
+  c.lanes = std::max(c.lanes, c.tuning.endpoints);
+  if (!proto::is_power_of_two(c.ring_capacity)) {
+    usage_error(label("ring-capacity") + ": must be a power of two");
+  }
+  c.default_arena_bytes = bytes("default-arena", v.default_arena);
+  c.max_arena_bytes = bytes("max-arena", v.max_arena);
+  c.staging_cache_bytes = bytes("staging-cache", v.staging_cache);
   const std::string levels[] = {"error", "warn", "info", "debug"};
   for (int i = 0; i < 4; ++i) {
-    if (levels[i] == log_level) c.log_level = static_cast<LogLevel>(i);
+    if (levels[i] == v.log_level) c.log_level = static_cast<LogLevel>(i);
   }
+
+  if (meta.print) {
+    print_config(*app, origins, shown_file, file_status, meta.json);
+    std::exit(0);
+  }
+  if (meta.json) usage_error("--json goes with --print-config");
+
+  int counts[4] = {0, 0, 0, 0};
+  for (const auto& [name, o] : origins) ++counts[static_cast<int>(o.source)];
+  c.config_file = file;
+  c.settings_from_file_or_env = counts[1] + counts[2];
+  c.origin_summary = fmt::format(
+      "config file {} ({}); {} setting(s) from the file, {} from the environment, "
+      "{} from flags",
+      shown_file, file_status, counts[1], counts[2], counts[3]);
   return c;
 }
 

@@ -1,4 +1,6 @@
-// nodecommd's settings, parsed from flags.
+// nodecommd's settings. Each comes from, in rising precedence: its default, the configuration
+// file (/etc/nodecomm/nodecommd.conf or --config FILE), the environment (NODECOMM_<NAME>, or
+// NODECOMMD_<NAME> where the client library already uses NODECOMM_<NAME>), and the flags.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +33,26 @@ struct DaemonConfig {
   uint32_t net_park_max_us = 200;
   // Priorities, fusion and chunking of multi-node operations (schedule.hpp).
   SchedulerTuning sched;
+  // auto (journal when stderr is the journal's stream, JOURNAL_STREAM), plain or journal
+  // (sd-daemon priority prefixes such as <3>).
+  std::string log_format = "auto";
+  // The configuration file that was read, empty if none; and where the settings came from
+  // ("3 from file, 1 from env, 2 from flags"), for the start-up log line.
+  std::string config_file;
+  std::string origin_summary;
+  int settings_from_file_or_env = 0;
 };
 
-// Parses argv. On --help prints usage and exits 0; on a bad flag prints one line to stderr
-// and exits 2.
+// The configuration file read when neither --config nor NODECOMMD_CONFIG names one.
+extern const char* const kDefaultConfigFile;
+
+// The environment variable that sets flag `name` ("chunk-size" -> "NODECOMM_CHUNK_SIZE";
+// "idle" -> "NODECOMMD_IDLE", because NODECOMM_IDLE is the client library's).
+std::string env_name_for(const std::string& name);
+
+// Parses the configuration file, the environment and argv. On --help prints usage and exits
+// 0; on --print-config prints every effective setting and where it came from and exits 0; on
+// a bad flag, setting or variable prints one line to stderr and exits 2.
 DaemonConfig parse_config(int argc, char** argv);
 
 // Replaces each "{node}" in `text` with `node`.

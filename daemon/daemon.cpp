@@ -21,6 +21,7 @@
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
+#include "notify.hpp"
 
 namespace nodecomm::daemon {
 
@@ -37,7 +38,9 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
       transport_(transport),
       staging_(-1, config_.staging_cache_bytes),
       engine_(transport_, staging_),
-      network_idle_(network_idle_config(config_)) {}
+      network_idle_(network_idle_config(config_)) {
+  engine_.set_scheduler_tuning(config_.sched);
+}
 
 Daemon::~Daemon() {
   for (auto& [id, client] : clients_) client->unlink_segment_name();
@@ -191,6 +194,24 @@ void Daemon::deep_park() {
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
   for (auto& [id, client] : clients_) client->heartbeat(now);
+  if (notifier_ != nullptr) notifier_->tick(now, [this] { return status_line(); });
+}
+
+std::string Daemon::status_line() {
+  if (!job_) return fmt::format("waiting for a job: {} client(s) connected", clients_.size());
+  static constexpr const char* kStates[] = {"attaching", "forming", "running", "failed"};
+  uint64_t ops = 0;  // collectives posted: the most any local rank has posted
+  for (const ClientSession* member : job_->members) {
+    if (member == nullptr) continue;
+    uint64_t posted = 0;
+    for (const auto& [comm, next] : member->next_seq) posted += next - 1;
+    ops = std::max(ops, posted);
+  }
+  size_t in_flight = 0;
+  for (auto& [id, comm] : job_->comms) in_flight += comm->ops().size();
+  return fmt::format("job '{}' {}: {} client(s), {}/{} local ranks, {} ops posted, {} in flight",
+                     job_->name, kStates[static_cast<int>(job_->state)], clients_.size(),
+                     job_->attached, job_->local_size, ops, in_flight);
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
@@ -307,7 +328,10 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                          "{} (--max-arena)",
                                          arena, config_.max_arena_bytes));
   }
-  if (!job_) job_ = std::make_unique<Job>(job_name, hello.local_size);
+  if (!job_) {
+    job_ = std::make_unique<Job>(job_name, hello.local_size);
+    Log::get().set_job(job_name);
+  }
   Job& job = *job_;
   if (job.name != job_name) {
     return reply_hello_error(client, Status::kInvalidArgument,
@@ -513,6 +537,7 @@ void Daemon::reap() {
         if (member != nullptr) member->job = nullptr;
       }
       job_.reset();
+      Log::get().set_job({});
     }
   }
   const size_t before = clients_.size();

@@ -22,6 +22,8 @@
 
 namespace nodecomm::daemon {
 
+class Notifier;
+
 // How the loop waits while only the network has work in flight.
 ipc::IdleConfig network_idle_config(const DaemonConfig& config);
 
@@ -40,6 +42,10 @@ class Daemon {
 
   const std::string& socket_path() const { return socket_path_; }
   const std::string& runtime_dir() const { return runtime_dir_; }
+  // systemd: the loop pings the watchdog and refreshes STATUS= through it (notify.hpp).
+  void set_notifier(Notifier* notifier) { notifier_ = notifier; }
+  // One line for systemd's STATUS=: clients, the job and its operations.
+  std::string status_line();
 
  private:
   size_t do_work();
@@ -77,6 +83,7 @@ class Daemon {
   uint64_t last_work_ns_ = 0;
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
+  Notifier* notifier_ = nullptr;
 };
 
 }  // namespace nodecomm::daemon

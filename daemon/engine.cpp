@@ -30,6 +30,7 @@ std::string who(const Job& job, const ClientSession& member) {
 }  // namespace
 
 size_t Engine::poll(Job& job) {
+  transport_.begin_pass();
   size_t work = 0;
   for (ClientSession* member : job.members) {
     if (member != nullptr && member->state() == ClientSession::State::kJoined) {

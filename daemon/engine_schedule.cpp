@@ -14,20 +14,26 @@
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
 
+#include <xxhash.h>
+
 namespace nodecomm::daemon {
 
 using proto::Status;
 
 namespace {
 
-constexpr size_t kWindow = 128;  // sequence numbers one round can see past the floor
+// Sequence numbers one round can see past the floor. Under `direct` a low-priority operation
+// may hold the floor while a whole step's tensors (ResNet-50 has 161) queue behind it.
+constexpr size_t kWindow = 1024;
 
 // What one daemon tells the others each round. Only node 0's tuning fields are used, so the
-// daemons agree even if their jobs' environments differ.
+// daemons agree even if their jobs' environments differ. Priorities are not sent: every node
+// has the same submissions, and `checked` (a digest of everything the previous round's plan
+// was computed from) catches nodes whose ranks disagreed on a priority or a shape.
 struct RoundRecord {
   uint64_t floor;
   uint64_t ready[kWindow / 64];
-  int32_t priority[kWindow];
+  uint64_t checked;
   uint32_t policy;
   uint32_t fusion;
   uint64_t fusion_threshold;
@@ -131,7 +137,8 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   }
   // A new round once at least one chunk fits in the window.
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight + tuning.chunk_bytes <= std::max(tuning.window_bytes, tuning.chunk_bytes)) {
+      sched.bytes_in_flight + sched.chunk(tuning) <=
+          std::max(sched.window(tuning), sched.chunk(tuning))) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed =
         tuning.fusion_cycle_us == 0 || now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
@@ -160,11 +167,13 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   const CommLayout& lay = comm.layout();
   RoundRecord mine{};
   mine.floor = sched.floor;
+  mine.checked = sched.checked;
   mine.policy = static_cast<uint32_t>(tuning.policy);
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
-  mine.chunk_bytes = tuning.chunk_bytes;
-  mine.room = tuning.window_bytes - std::min(tuning.window_bytes, sched.bytes_in_flight);
+  mine.chunk_bytes = sched.chunk(tuning);
+  const size_t window = sched.window(tuning);
+  mine.room = window - std::min(window, sched.bytes_in_flight);
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor);
        it != ops.end() && it->first < sched.floor + kWindow; ++it) {
@@ -172,19 +181,13 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
     if (!locally_ready(comm, it->second)) continue;
     const uint64_t i = it->first - sched.floor;
     mine.ready[i / 64] |= uint64_t{1} << (i % 64);
-    mine.priority[i] = it->second.first().priority;
     it->second.advertised = true;
   }
   sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
   std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
               sizeof(mine));
-  std::vector<int> bytes(lay.node_count, static_cast<int>(sizeof(RoundRecord)));
-  std::vector<int> displs(lay.node_count);
-  for (uint32_t n = 0; n < lay.node_count; ++n) {
-    displs[n] = static_cast<int>(n * sizeof(RoundRecord));
-  }
-  sched.round = transport_.start_allgatherv(lay.node_comm, sched.round_records.data(),
-                                            std::move(bytes), std::move(displs));
+  sched.round =
+      transport_.start_exchange(lay.node_comm, sched.round_records.data(), sizeof(RoundRecord));
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
   ++inter_node_ops_;
@@ -214,7 +217,43 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     for (const RoundRecord& r : records) all = all && ((r.ready[i / 64] >> (i % 64)) & 1u) != 0;
     if (all) eligible.push_back(i);
   }
-  const auto priority_of = [&](uint64_t i) { return lead.priority[i]; };
+  for (const RoundRecord& r : records) {
+    if (r.checked != lead.checked) {
+      comm.poison(Status::kMismatch,
+                  fmt::format("mismatched collectives on comm {} between nodes: the nodes' ranks "
+                              "submitted different operations (collective, dtype, op, count, "
+                              "priority or compression) for the sequence numbers scheduled "
+                              "together before seq {}",
+                              comm.id(), sched.floor));
+      return;
+    }
+  }
+  const auto priority_of = [&](uint64_t i) {
+    const auto found = comm.ops().find(sched.floor + i);
+    return found == comm.ops().end() ? 0 : found->second.first().priority;
+  };
+  // What this plan depends on, for the next round to compare.
+  uint64_t digest = sched.floor;
+  for (const uint64_t i : eligible) {
+    const auto found = comm.ops().find(sched.floor + i);
+    if (found == comm.ops().end()) continue;
+    const proto::OpDescriptor& d = found->second.first();
+    // Only what every rank of the communicator must pass alike: v-collectives' counts and a
+    // split's color and key differ by rank.
+    const auto collective = static_cast<proto::Collective>(d.collective);
+    const bool same_count = collective != proto::Collective::kAllgatherv &&
+                            collective != proto::Collective::kAlltoallv;
+    const uint64_t fields[] = {sched.floor + i,
+                               same_count ? d.count : 0,
+                               d.collective,
+                               d.dtype,
+                               d.redop,
+                               static_cast<uint64_t>(static_cast<uint32_t>(d.priority)),
+                               d.compression,
+                               proto::collective_has_root(collective) ? d.root : 0};
+    digest = XXH3_64bits_withSeed(fields, sizeof(fields), digest);
+  }
+  sched.checked = digest;
   if (policy == proto::PriorityPolicy::kDirect) {
     std::stable_sort(eligible.begin(), eligible.end(),
                      [&](uint64_t a, uint64_t b) { return priority_of(a) > priority_of(b); });
@@ -255,12 +294,14 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     const AllreduceWire wire = allreduce_wire(lay, op);
     const size_t count = op.first().count;
     const size_t remaining = (count - op.scheduled_elems) * wire.elem;
-    const bool fusable = lead.fusion != 0 && op.scheduled_elems == 0 && remaining <= chunk &&
-                         remaining <= lead.fusion_threshold;
+    // A fused transfer is at most a chunk too, so that the next round can start while the
+    // window still holds transfers (and a later high-priority operation waits behind one).
+    const size_t fused_limit = std::min<size_t>(lead.fusion_threshold, chunk);
+    const bool fusable = lead.fusion != 0 && op.scheduled_elems == 0 && remaining <= fused_limit;
     if (fusable) {
       const FuseKey key{wire.dtype, wire.op, wire.compression};
       auto open = open_fusion.find(key);
-      if (open != open_fusion.end() && fused_bytes[open->second] + remaining <= lead.fusion_threshold) {
+      if (open != open_fusion.end() && fused_bytes[open->second] + remaining <= fused_limit) {
         ScheduledUnit& fused = plan[open->second];
         fused.kind = ScheduledUnit::Kind::kFused;
         fused.seqs.push_back(seq);
@@ -298,6 +339,14 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       plan.push_back(std::move(piece));
       fused_bytes.push_back(0);
     }
+  }
+  if (Log::get().enabled(LogLevel::kDebug)) {
+    size_t planned_ops = 0;
+    for (const ScheduledUnit& u : plan) planned_ops += u.seqs.size();
+    NC_LOG(kDebug, "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
+           "room {} bytes, {} bytes in flight",
+           comm.id(), sched.rounds, sched.floor, eligible.size(), plan.size(), planned_ops, room,
+           sched.bytes_in_flight);
   }
   for (ScheduledUnit& unit : plan) {
     if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
@@ -386,6 +435,7 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
     }
     --inter_node_ops_;
     sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
+    sched.record_completion(unit.bytes, ipc::monotonic_ns());
     unit_done(job, comm, unit);
     it = sched.units.erase(it);
     ++work;

@@ -1,5 +1,8 @@
-// Daemon logging: one line per event on stderr, prefixed with the instance and node, so
-// that lines from several simulated nodes in one terminal stay attributable.
+// Daemon logging: one line per event on stderr, prefixed with the instance, the node and the
+// job being served, so that lines from several simulated nodes in one terminal stay
+// attributable. Under systemd (--log-format journal, or auto with JOURNAL_STREAM naming stderr)
+// each line starts with its sd-daemon priority (<3> error, <4> warn, <6> info, <7> debug), which
+// journald turns into the entry's priority.
 #pragma once
 
 #include <fmt/format.h>
@@ -20,21 +23,37 @@ class Log {
   }
   void set_level(LogLevel level) { level_ = level; }
   void set_context(std::string context) { context_ = std::move(context); }
+  // The job being served, empty when none: shown in every line's prefix.
+  void set_job(std::string job) { job_ = std::move(job); }
+  void set_journal(bool journal) { journal_ = journal; }
+  bool journal() const { return journal_; }
   bool enabled(LogLevel level) const { return level <= level_; }
 
   template <class... Args>
   void write(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {
     if (!enabled(level)) return;
     static constexpr const char* kNames[] = {"error", "warn", "info", "debug"};
+    static constexpr const char* kPriorities[] = {"<3>", "<4>", "<6>", "<7>"};
+    const int index = static_cast<int>(level);
+    std::string text = fmt::format(format, std::forward<Args>(args)...);
+    if (journal_) {
+      // journald reads each line on its own: continuation lines get the priority too.
+      for (size_t pos = text.find('\n'); pos != std::string::npos; pos = text.find('\n', pos)) {
+        text.insert(pos + 1, kPriorities[index]);
+        pos += 1;
+      }
+    }
     const std::string line =
-        fmt::format("nodecommd[{}] {}: {}\n", context_, kNames[static_cast<int>(level)],
-                    fmt::format(format, std::forward<Args>(args)...));
+        fmt::format("{}nodecommd[{}{}{}] {}: {}\n", journal_ ? kPriorities[index] : "", context_,
+                    job_.empty() ? "" : " job ", job_, kNames[index], text);
     std::fwrite(line.data(), 1, line.size(), stderr);
   }
 
  private:
   LogLevel level_ = LogLevel::kInfo;
   std::string context_ = "?";
+  std::string job_;
+  bool journal_ = false;
 };
 
 #define NC_LOG(level, ...) \

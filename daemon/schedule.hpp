@@ -33,10 +33,14 @@ struct SchedulerTuning {
   size_t fusion_threshold_bytes = size_t{64} << 20;
   // Shortest time between the starts of two negotiation rounds (HOROVOD_CYCLE_TIME).
   uint32_t fusion_cycle_us = 0;
-  // Bytes one round hands out: the unit of overtaking.
-  size_t chunk_bytes = size_t{1} << 20;
-  // Scheduled bytes still on the network above which no new round starts.
-  size_t window_bytes = size_t{2} << 20;
+  // Largest unit a large allreduce is cut into: the granularity of overtaking. 0: adaptive,
+  // a quarter of the window.
+  size_t chunk_bytes = 0;
+  // Scheduled bytes still on the network above which no new round starts. 0: adaptive, the
+  // measured rate times target_delay_us, so that whatever is already queued on the way delays
+  // a newly ready high-priority operation by about that much, at any link speed.
+  size_t window_bytes = 0;
+  uint32_t target_delay_us = 4000;
 
   // Without priorities or fusion, operations go out in sequence order and need no rounds.
   bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }
@@ -62,6 +66,12 @@ struct ScheduledUnit {
   StagingPool::Buffer scratch;   // the algorithm's scratch
 };
 
+// The adaptive window's bounds and the chunk's.
+inline constexpr size_t kMinWindowBytes = size_t{256} << 10;
+inline constexpr size_t kMaxWindowBytes = size_t{64} << 20;
+inline constexpr size_t kMinChunkBytes = size_t{64} << 10;
+inline constexpr size_t kMaxChunkBytes = size_t{4} << 20;
+
 struct CommSchedule {
   // Lowest sequence number not yet handed out in full, and those above it that are.
   uint64_t floor = 1;
@@ -72,6 +82,17 @@ struct CommSchedule {
   std::vector<uint8_t> round_records;
   uint64_t last_round_ns = 0;
   uint64_t rounds = 0;
+  uint64_t checked = 0;  // digest of the last plan's inputs (RoundRecord::checked)
+  // Rate at which scheduled bytes complete while units are in flight (bytes per second).
+  double rate = 0;
+  uint64_t interval_start_ns = 0;
+  uint64_t last_completion_ns = 0;
+  size_t interval_bytes = 0;
+
+  size_t window(const SchedulerTuning& t) const;
+  size_t chunk(const SchedulerTuning& t) const;
+  // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
+  void record_completion(size_t bytes, uint64_t now);
 
   bool fully_scheduled(uint64_t seq) const {
     return seq < floor || scheduled_ahead.count(seq) > 0;

@@ -73,6 +73,18 @@ class Transport {
                                           std::vector<int> sdispls, void* recv,
                                           std::vector<int> rbytes, std::vector<int> rdispls) = 0;
   virtual TransportHandle start_barrier(NodeComm comm) = 0;
+  // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: a small
+  // allgather with the least latency the transport has (the scheduler's rounds).
+  virtual TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes) {
+    const uint32_t n = comm_size(comm);
+    std::vector<int> sizes(n, static_cast<int>(bytes));
+    std::vector<int> displs(n);
+    for (uint32_t i = 0; i < n; ++i) displs[i] = static_cast<int>(i * bytes);
+    return start_allgatherv(comm, records, std::move(sizes), std::move(displs));
+  }
+  // Called once per engine pass before any test(): work shared by every handle (polling
+  // the network once) is done once per pass.
+  virtual void begin_pass() {}
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
   // This daemon's index within `comm` (node order) and the number of daemons in it.

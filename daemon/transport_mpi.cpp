@@ -289,6 +289,16 @@ class MpiTransport final : public Transport {
     return handle;
   }
 
+  void begin_pass() override { pass_polled_ = false; }
+
+  TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes) override {
+    Group& group = group_of(comm);
+    const int tag_base = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
+    const TransportHandle handle = next_++;
+    algorithms_.emplace(handle, make_record_exchange(*group.net, tag_base, records, bytes));
+    return handle;
+  }
+
   TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                proto::RedOp op, uint32_t root_node) override {
     Pending p;
@@ -403,7 +413,10 @@ class MpiTransport final : public Transport {
     }
     if (auto algo = algorithms_.find(handle); algo != algorithms_.end()) {
       try {
-        requests_p2p_->poll();
+        if (!pass_polled_) {
+          requests_p2p_->poll();
+          pass_polled_ = true;
+        }
         if (!algo->second->progress()) return false;
       } catch (...) {
         // Its hooks must never run again: the engine fails and forgets the operation.
@@ -595,6 +608,7 @@ class MpiTransport final : public Transport {
   std::unique_ptr<RequestTable> requests_p2p_;
   std::unordered_map<NodeComm, Group> groups_;
   std::unordered_map<TransportHandle, std::unique_ptr<AllreduceAlgorithm>> algorithms_;
+  bool pass_polled_ = false;  // the point-to-point requests were polled in this engine pass
   std::unordered_map<TransportHandle, std::shared_ptr<GroupJob>> group_jobs_;
   std::unordered_map<TransportHandle, FinishedGroups> finished_groups_;
   bool thread_multiple_ = false;

@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libhwy-dev libxxhash-dev
   iproute2 procps util-linux gnuplot-nox
+  systemd
+  clang libclang-rt-dev
 )
 
 missing=()

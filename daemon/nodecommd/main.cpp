@@ -1,17 +1,19 @@
-// nodecommd: parse flags, bring up the transport (MPI), pin, serve until SIGTERM/SIGINT.
+// nodecommd: read the configuration, bring up the transport (MPI), pin, serve until
+// SIGTERM/SIGINT, telling systemd (when it started us) when it is ready and stopping.
 #include <fmt/format.h>
 #include <malloc.h>
 #include <sys/prctl.h>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "affinity.hpp"
 #include "config.hpp"
 #include "daemon.hpp"
 #include "log.hpp"
+#include "notify.hpp"
 #include "reduce.hpp"
 #include "transport.hpp"
 
@@ -27,6 +29,12 @@ extern "C" void on_stop_signal(int) {
 int main(int argc, char** argv) {
   using namespace nodecomm::daemon;
   DaemonConfig config = parse_config(argc, argv);  // exits 2 on a bad flag, before MPI starts
+  Log::get().set_level(config.log_level);
+  Log::get().set_journal(config.log_format == "journal" ||
+                         (config.log_format == "auto" && stderr_is_journal()));
+  Log::get().set_context(config.instance);
+  // Before MPI starts: the notification variables are taken out of the environment it sees.
+  Notifier& notifier = Notifier::from_environment();
 
   // MPI's non-blocking collectives allocate message-sized temporaries on every call. glibc
   // serves large ones with fresh mmaps, and first touch costs ~15 us a page here, so a 32 MiB
@@ -49,21 +57,24 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<Transport> transport =
-      config.transport == "mpi" ? make_mpi_transport(&argc, &argv, config.lanes)
-                                : make_loopback_transport();
+  std::unique_ptr<Transport> transport = config.transport == "mpi"
+                                             ? make_mpi_transport(&argc, &argv, config.lanes)
+                                             : make_loopback_transport();
   transport->set_tuning(config.tuning);
   const uint32_t node = transport->node_index();
   config.instance = expand_node(config.instance, node);
   config.runtime_dir = expand_node(config.runtime_dir, node);
-  Log::get().set_level(config.log_level);
   Log::get().set_context(
       fmt::format("{} node {}/{}", config.instance, node, transport->node_count()));
+  // Said at info level when the file or the environment changed something.
+  Log::get().write(config.settings_from_file_or_env > 0 ? LogLevel::kInfo : LogLevel::kDebug, "{}",
+                   config.origin_summary);
 
   if (config.cores == "auto") config.cores = default_daemon_cores();
   if (!config.cores.empty() && config.cores != "none") {
     if (const std::string error = pin_to_cores(config.cores); !error.empty()) {
       NC_LOG(kError, "{}", error);
+      notifier.status("failed: " + error);
       return 2;
     }
     NC_LOG(kInfo, "pinned to CPUs {}", config.cores);
@@ -72,10 +83,14 @@ int main(int argc, char** argv) {
   try {
     Daemon daemon(config, *transport);
     daemon.start();
+    daemon.set_notifier(&notifier);
+    notifier.ready(daemon.status_line());
     NC_LOG(kDebug, "reduction kernels: {}", reduction_target());
     status = daemon.run(g_stop);
+    notifier.stopping(fmt::format("stopping: {}", daemon.status_line()));
   } catch (const std::exception& e) {
     NC_LOG(kError, "{}", e.what());
+    notifier.status(fmt::format("failed: {}", e.what()));
     status = 1;
   }
   transport.reset();  // MPI_Finalize after every client is gone

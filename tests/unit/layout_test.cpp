@@ -14,8 +14,10 @@ TEST(Layout, RecordSizesAreStable) {
   EXPECT_EQ(sizeof(SegmentHeader), 128u);
   EXPECT_EQ(sizeof(RingHeader), 256u);
   EXPECT_EQ(sizeof(Doorbells), 256u);
-  EXPECT_EQ(sizeof(Hello), 96u);
-  EXPECT_EQ(kLayoutVersion, 2u);
+  EXPECT_EQ(sizeof(Hello), 120u);
+  EXPECT_EQ(sizeof(JobTuning), 24u);
+  EXPECT_EQ(offsetof(OpDescriptor, compression), 60u);
+  EXPECT_EQ(kLayoutVersion, 3u);
 }
 
 TEST(Layout, PositionsSitOnTheirOwnLines) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,6 +23,16 @@ class BackendError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Per-operation attributes, as nodecomm.h's nc_op_attr_t; the MPI backend has no use for them.
+struct OpAttr {
+  int32_t priority = 0;
+  const char* name = nullptr;  // not owned; copied by the call
+  nc_compress_t compress = NC_COMPRESS_NONE;
+};
+
+// A posted, not yet completed operation (post()); 0 is never one.
+using Pending = uint64_t;
 
 // Why a backend cannot run a collective/dtype/op combination at all, and the exit code that
 // implies.
@@ -48,6 +59,8 @@ struct Call {
   // On the group made by split() (the collective under test), rather than on the world (the
   // benchmark's own bookkeeping). Without a split() the group is the world.
   bool in_group = false;
+  // Per-operation attributes (priority, tensor name, wire compression); null: the defaults.
+  const OpAttr* attr = nullptr;
 };
 
 class Backend {
@@ -85,6 +98,21 @@ class Backend {
   void allreduce(const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op) {
     run({Collective::kAllreduce, send, recv, count, dtype, op, 0, send == recv});
   }
+  // Non-blocking form of run(): posts the call and returns its handle, or 0 when this rank has
+  // too many operations in flight (nodecomm's NC_ERR_QUEUE_FULL), in which case the caller
+  // completes one of its own and posts again. Throws BackendError on anything else, and for
+  // calls the backend cannot post non-blocking (MPI: allreduce only).
+  virtual Pending post(const Call& call) = 0;
+  // Whether `pending` has completed; if so it is released (and throws if it failed).
+  virtual bool test(Pending pending) = 0;
+  // Completes one operation, or every non-zero entry (set to 0 as they complete). Throw
+  // BackendError when an operation failed.
+  virtual void wait(Pending pending) = 0;
+  virtual void wait_all(std::span<Pending> pending) = 0;
+  // Same for every rank of one node and different between nodes (the daemon's node index;
+  // with MPI, $NODECOMM_NODE under nodecomm-launch, else the shared-memory domain's).
+  virtual int node_index() const = 0;
+
   // Returns once every rank has called it (as closely as the backend allows).
   virtual void sync() = 0;
 

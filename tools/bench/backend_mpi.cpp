@@ -138,6 +138,15 @@ std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name
   return out;
 }
 
+// An index in [0, max) from the environment; -1 when unset or anything else.
+int env_index(const char* name, int max) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return -1;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return *end == '\0' && value >= 0 && value < max ? static_cast<int>(value) : -1;
+}
+
 // A count in [1, max] from the environment; 0 when unset or anything else.
 int env_count(const char* name, int max) {
   const char* text = std::getenv(name);
@@ -165,6 +174,9 @@ class MpiBackend final : public Backend {
     int local_rank = 0;
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size_);
+    // The node's name for node_index(): its first rank's world rank.
+    node_index_ = rank_;
+    MPI_Bcast(&node_index_, 1, MPI_INT, 0, node);
     MPI_Comm_free(&node);
     // One leader per shared-memory domain (node): counting the leaders counts the nodes.
     int leader = local_rank == 0 ? 1 : 0;
@@ -176,6 +188,7 @@ class MpiBackend final : public Backend {
       nodes_ = nodes;
       local_size_ = env_count("NODECOMM_LOCAL_SIZE", size_);
       if (local_size_ == 0) local_size_ = (size_ + nodes_ - 1) / nodes_;
+      if (const int node = env_index("NODECOMM_NODE", nodes); node >= 0) node_index_ = node;
     }
     // From here on errors are returned, so that the report can say which size and iteration
     // failed; finalize(false) then aborts the job so that no peer is left waiting.
@@ -321,6 +334,74 @@ class MpiBackend final : public Backend {
     }
   }
 
+  // Allreduce only: what the workload, the probe and --batch need. Per-operation attributes
+  // have no MPI equivalent and are ignored.
+  Pending post(const Call& c) override {
+    if (c.collective != Collective::kAllreduce) {
+      throw BackendError(fmt::format("{}: only allreduce is posted non-blocking with MPI",
+                                     collective_name(c.collective)));
+    }
+    const MPI_Datatype type = mpi_type(c.dtype);
+    if (type == MPI_DATATYPE_NULL || c.count > static_cast<size_t>(INT32_MAX)) {
+      throw BackendError(fmt::format("allreduce: {} elements of dtype {} cannot be posted", c.count,
+                                     static_cast<int>(c.dtype)));
+    }
+    const MPI_Comm comm = c.in_group && group_ != MPI_COMM_NULL ? group_ : MPI_COMM_WORLD;
+    size_t slot = 0;
+    if (free_slots_.empty()) {
+      slot = slots_.size();
+      slots_.emplace_back();
+    } else {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
+    Slot& sl = slots_[slot];
+    sl = Slot{};
+    sl.recv = c.recv;
+    sl.count = c.count;
+    sl.dtype = c.dtype;
+    sl.average = c.op == NC_AVG;
+    sl.comm_size = c.in_group ? group_size_ : size_;
+    const int rc =
+        MPI_Iallreduce(c.inplace ? MPI_IN_PLACE : c.send, c.recv, static_cast<int>(c.count), type,
+                       reduction(c.dtype, c.op), comm, &sl.request);
+    if (rc != MPI_SUCCESS) {
+      free_slots_.push_back(slot);
+      throw BackendError(mpi_error("MPI_Iallreduce", rc));
+    }
+    return slot + 1;
+  }
+
+  bool test(Pending pending) override {
+    Slot& sl = slot_of(pending);
+    int done = 0;
+    check_mpi("MPI_Test", MPI_Test(&sl.request, &done, MPI_STATUS_IGNORE));
+    if (done != 0) finish(pending);
+    return done != 0;
+  }
+
+  void wait(Pending pending) override {
+    check_mpi("MPI_Wait", MPI_Wait(&slot_of(pending).request, MPI_STATUS_IGNORE));
+    finish(pending);
+  }
+
+  void wait_all(std::span<Pending> pending) override {
+    requests_.clear();
+    for (Pending p : pending) {
+      if (p != 0) requests_.push_back(slot_of(p).request);
+    }
+    check_mpi("MPI_Waitall", MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
+                                         MPI_STATUSES_IGNORE));
+    for (Pending& p : pending) {
+      if (p == 0) continue;
+      slot_of(p).request = MPI_REQUEST_NULL;
+      finish(p);
+      p = 0;
+    }
+  }
+
+  int node_index() const override { return node_index_; }
+
   void sync() override { check_mpi("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD)); }
 
   void finalize(bool ok) noexcept override {
@@ -365,8 +446,33 @@ class MpiBackend final : public Backend {
     throw BackendError(fmt::format("no MPI operation for redop {}", static_cast<int>(op)));
   }
 
+  // One posted allreduce: its request and what completing it still has to do (avg).
+  struct Slot {
+    MPI_Request request = MPI_REQUEST_NULL;
+    void* recv = nullptr;
+    size_t count = 0;
+    nc_dtype_t dtype = NC_F32;
+    bool average = false;
+    int comm_size = 1;
+  };
+
+  Slot& slot_of(Pending pending) {
+    if (pending == 0 || pending > slots_.size()) {
+      throw BackendError(fmt::format("no such pending operation {}", pending));
+    }
+    return slots_[pending - 1];
+  }
+
+  void finish(Pending pending) {
+    Slot& sl = slots_[pending - 1];
+    if (sl.average) divide_average(sl.recv, sl.count, sl.dtype, sl.comm_size);
+    sl = Slot{};
+    free_slots_.push_back(pending - 1);
+  }
+
   bool initialized_ = false;
   int rank_ = 0;
+  int node_index_ = 0;
   int size_ = 1;
   int nodes_ = 1;
   int local_size_ = 1;
@@ -377,6 +483,9 @@ class MpiBackend final : public Backend {
                                       MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL,
                                       MPI_OP_NULL, MPI_OP_NULL};  // [f16|bf16][redop]
   std::vector<unsigned char> scratch_;                            // in-place reduce_scatter
+  std::vector<Slot> slots_;                                       // post()'s, by Pending - 1
+  std::vector<size_t> free_slots_;
+  std::vector<MPI_Request> requests_;  // wait_all's
 };
 
 }  // namespace

@@ -98,66 +98,107 @@ class NodecommBackend final : public Backend {
   }
 
   void run(const Call& c) override {
+    const Pending req = post(c);
+    if (req == 0) throw BackendError(queue_full_);  // nothing else is in flight: not expected
+    if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
+      throw BackendError(
+          describe(fmt::format("nc_wait (nc_{})", collective_name(c.collective)).c_str(), s));
+    }
+  }
+
+  Pending post(const Call& c) override {
     nc_request_t req = 0;
     nc_status_t s = NC_OK;
     const char* call = "?";
     const nc_comm_t comm = c.in_group ? group_ : NC_COMM_WORLD;
+    nc_op_attr_t attr_storage{};
+    const nc_op_attr_t* attr = nullptr;
+    if (c.attr != nullptr) {
+      attr_storage.priority = c.attr->priority;
+      attr_storage.name = c.attr->name;
+      attr_storage.compress = c.attr->compress;
+      attr = &attr_storage;
+    }
     switch (c.collective) {
       case Collective::kAllreduce:
         call = "nc_allreduce";
-        s = nc_allreduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, nullptr, &req);
+        s = nc_allreduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, attr, &req);
         break;
       case Collective::kReduce:
         call = "nc_reduce";
-        s = nc_reduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, c.root, comm, nullptr, &req);
+        s = nc_reduce(ctx_, c.send, c.recv, c.count, c.dtype, c.op, c.root, comm, attr, &req);
         break;
       case Collective::kBroadcast:
         call = "nc_broadcast";
-        s = nc_broadcast(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
+        s = nc_broadcast(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, attr, &req);
         break;
       case Collective::kReduceScatter:
         call = "nc_reduce_scatter";
-        s = nc_reduce_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, nullptr, &req);
+        s = nc_reduce_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.op, comm, attr, &req);
         break;
       case Collective::kAllgather:
         call = "nc_allgather";
-        s = nc_allgather(ctx_, c.send, c.recv, c.count, c.dtype, comm, nullptr, &req);
+        s = nc_allgather(ctx_, c.send, c.recv, c.count, c.dtype, comm, attr, &req);
         break;
       case Collective::kGather:
         call = "nc_gather";
-        s = nc_gather(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
+        s = nc_gather(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, attr, &req);
         break;
       case Collective::kScatter:
         call = "nc_scatter";
-        s = nc_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, nullptr, &req);
+        s = nc_scatter(ctx_, c.send, c.recv, c.count, c.dtype, c.root, comm, attr, &req);
         break;
       case Collective::kAlltoall:
         call = "nc_alltoall";
-        s = nc_alltoall(ctx_, c.send, c.recv, c.count, c.dtype, comm, nullptr, &req);
+        s = nc_alltoall(ctx_, c.send, c.recv, c.count, c.dtype, comm, attr, &req);
         break;
       case Collective::kBarrier:
         call = "nc_barrier";
-        s = nc_barrier(ctx_, comm, nullptr, &req);
+        s = nc_barrier(ctx_, comm, attr, &req);
         break;
       case Collective::kAllgatherv:
         call = "nc_allgatherv";
         if (c.vector == nullptr) throw BackendError("nc_allgatherv: no counts");
         s = nc_allgatherv(ctx_, c.send, c.vector->send_count, c.recv, c.vector->recv_counts.data(),
-                          c.vector->recv_displs.data(), c.dtype, comm, nullptr, &req);
+                          c.vector->recv_displs.data(), c.dtype, comm, attr, &req);
         break;
       case Collective::kAlltoallv:
         call = "nc_alltoallv";
         if (c.vector == nullptr) throw BackendError("nc_alltoallv: no counts");
         s = nc_alltoallv(ctx_, c.send, c.vector->send_counts.data(), c.vector->send_displs.data(),
                          c.recv, c.vector->recv_counts.data(), c.vector->recv_displs.data(),
-                         c.dtype, comm, nullptr, &req);
+                         c.dtype, comm, attr, &req);
         break;
     }
+    if (s == NC_ERR_QUEUE_FULL) {
+      queue_full_ = describe(call, s);  // for run(), which has nothing else in flight
+      return 0;
+    }
     if (s != NC_OK) throw BackendError(describe(call, s));
-    if (s = nc_wait(ctx_, req); s != NC_OK) {
-      throw BackendError(describe(fmt::format("nc_wait ({})", call).c_str(), s));
+    return req;
+  }
+
+  bool test(Pending req) override {
+    const nc_status_t s = nc_test(ctx_, req);
+    if (s == NC_IN_PROGRESS) return false;
+    if (s != NC_OK) throw BackendError(describe("nc_test", s));
+    return true;
+  }
+
+  void wait(Pending req) override {
+    if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
+      throw BackendError(describe("nc_wait", s));
     }
   }
+
+  void wait_all(std::span<Pending> reqs) override {
+    static_assert(sizeof(Pending) == sizeof(nc_request_t));
+    if (const nc_status_t s = nc_wait_all(ctx_, reqs.size(), reqs.data(), nullptr); s != NC_OK) {
+      throw BackendError(describe("nc_wait_all", s));
+    }
+  }
+
+  int node_index() const override { return nc_node_index(ctx_); }
 
   void sync() override {
     *sync_word_ = 0.0;
@@ -181,6 +222,7 @@ class NodecommBackend final : public Backend {
   nc_context_t* ctx_ = nullptr;
   double* sync_word_ = nullptr;
   nc_comm_t group_ = NC_COMM_WORLD;  // split()'s, for Call::in_group
+  std::string queue_full_;           // post()'s message when it returned 0
 };
 
 }  // namespace

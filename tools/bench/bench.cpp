@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "batch.hpp"
 #include "check.hpp"
 #include "collectives.hpp"
 #include "report.hpp"
@@ -195,6 +196,7 @@ class Runner {
         rank_(backend.world_rank()),
         world_size_(backend.world_size()),
         buffers_(backend),
+        batch_(backend, config.batch),
         op_name_(collective_name(config.collective)),
         dtype_name_(nc_dtype_name(config.dtype) ? nc_dtype_name(config.dtype) : "?"),
         redop_name_(nc_redop_name(config.redop) ? nc_redop_name(config.redop) : "?") {}
@@ -288,6 +290,10 @@ class Runner {
   }
 
   bool inplace() const { return config_.inplace && supports_inplace(config_.collective); }
+  // --compress applies to allreduce only (main rejects it elsewhere).
+  bool compressed() const {
+    return config_.compress != NC_COMPRESS_NONE && config_.collective == Collective::kAllreduce;
+  }
 
   // Allocations and the JSON file can fail on one rank alone; the ranks agree on the outcome
   // so that all of them stop cleanly instead of some waiting in a collective forever.
@@ -312,6 +318,15 @@ class Runner {
           send_ = buffers_.alloc(send_bytes);
           recv_ = buffers_.alloc(recv_bytes);
         }
+        if (config_.batch > 1) {
+          const size_t max_bytes = *std::max_element(config_.sizes.begin(), config_.sizes.end());
+          batch_.allocate(send_, inplace() ? inplace_bytes : send_bytes, recv_,
+                          inplace() ? inplace_bytes : recv_bytes,
+                          batch_slots(config_.batch, max_bytes));
+        }
+      }
+      if (config_.batch > 1 && !has_buffers(config_.collective)) {
+        batch_.allocate(nullptr, 0, nullptr, 0, 1);  // barrier: nothing to allocate
       }
       if (rank_ == 0 && !config_.json_path.empty()) {
         json_.open(config_.json_path, std::ios::out | std::ios::trunc);
@@ -353,6 +368,21 @@ class Runner {
     info.buffers = backend_.buffer_kind();
     info.link_rate = config_.link_rate;
     info.link_rate_text = config_.link_rate_text;
+    info.batch = config_.batch;
+    info.compress = compressed() ? nc_compress_name(config_.compress) : "none";
+    if (config_.batch > 1) {
+      info.batch_note = fmt::format(
+          "batch {}: {} operations of each size in flight before waiting, on {} buffer pair{}; "
+          "time(us) = total / {}",
+          config_.batch, config_.batch, batch_.slots(), batch_.slots() == 1 ? "" : "s",
+          config_.batch);
+    }
+    if (compressed()) {
+      if (!info.batch_note.empty()) info.batch_note += "\n# ";
+      info.batch_note +=
+          fmt::format("compress {}: results checked within the compression's error, not exactly",
+                      nc_compress_name(config_.compress));
+    }
     const size_t element = dtype_bytes(config_.dtype);
     for (const Shape& s : shapes()) {
       const size_t bytes = reported_bytes(s, element);
@@ -378,6 +408,23 @@ class Runner {
     Call call{config_.collective, send_,         recv_,        shape.count,
               config_.dtype,      config_.redop, config_.root, inplace()};
     call.in_group = true;
+    OpAttr attr;
+    std::string name;
+    if (compressed()) {
+      // int8's error feedback keeps a residual per tensor name: one name per size.
+      name = fmt::format("bench.{}", bytes);
+      attr.name = name.c_str();
+      attr.compress = config_.compress;
+      call.attr = &attr;
+    }
+    const int batch = config_.batch;
+    const auto run_once = [&] {
+      if (batch > 1) {
+        batch_.run(call);
+      } else {
+        backend_.run(call);
+      }
+    };
     CollectiveCase::VectorArgs vector;  // kept alive for every run of this size
     // Where a failure happened, kept in plain variables so the timed loop builds no strings.
     const char* phase = "setup";
@@ -399,6 +446,8 @@ class Runner {
         }
         // Always filled, so that timed runs move defined data; refilled before the check run.
         prepare(reference);
+        if (batch > 1)
+          batch_.replicate(inplace() ? shape.inplace_elems * element : shape.send_elems * element);
         if (config_.check) {
           phase = "check run";
           backend_.run(call);
@@ -410,17 +459,17 @@ class Runner {
       }
       phase = "warmup iteration";
       total = warmup;
-      for (index = 0; index < warmup; ++index) backend_.run(call);
+      for (index = 0; index < warmup; ++index) run_once();
       phase = "sync before timing";
       index = total = 0;
       backend_.sync();
       phase = "timed iteration";
       total = iters;
       const auto start = std::chrono::steady_clock::now();
-      for (index = 0; index < iters; ++index) backend_.run(call);
+      for (index = 0; index < iters; ++index) run_once();
       const std::chrono::duration<double, std::micro> elapsed =
           std::chrono::steady_clock::now() - start;
-      local[0] = elapsed.count() / iters;
+      local[0] = elapsed.count() / iters / batch;
       phase = "averaging the results over ranks";
       index = total = 0;
       sum_over_ranks(backend_, scratch_, local, 2);
@@ -467,8 +516,17 @@ class Runner {
     }
     std::vector<Mismatch> shown;
     const size_t room = kMismatchLines - std::min(kMismatchLines, mismatch_lines_);
-    const uint64_t wrong = inplace() ? reference.verify_inplace(group_rank_, send_, &shown, room)
-                                     : reference.verify(group_rank_, send_, recv_, &shown, room);
+    uint64_t wrong = 0;
+    if (compressed() && config_.dtype == NC_F32) {
+      // Only the result, within the compression's error (the send buffer is not compared).
+      const Pattern pattern(config_.dtype, config_.redop, size_);
+      wrong = verify_compressed(pattern, static_cast<const float*>(inplace() ? send_ : recv_),
+                                reference.shape().count, config_.compress, backend_.node_count(),
+                                &shown, room);
+    } else {
+      wrong = inplace() ? reference.verify_inplace(group_rank_, send_, &shown, room)
+                        : reference.verify(group_rank_, send_, recv_, &shown, room);
+    }
     for (const Mismatch& m : shown) {
       fmt::print(stderr,
                  "nodecomm-bench: rank {}: wrong result of {} at size {} ({}{}): {} element {}: "
@@ -490,6 +548,7 @@ class Runner {
   int group_rank_ = 0;
   int size_ = 1;
   Buffers buffers_;
+  Batch batch_;  // --batch; after buffers_, so destroyed before them
   const std::string_view op_name_;
   const std::string dtype_name_;
   const std::string redop_name_;

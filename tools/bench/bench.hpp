@@ -36,6 +36,11 @@ struct Config {
   // --link-rate (or NODECOMM_LINK_RATE) in bytes per second, and as given; 0: not known.
   double link_rate = 0;
   std::string link_rate_text;
+  // --batch K: K operations of each size posted before waiting for all of them (batch.hpp).
+  int batch = 1;
+  // --compress: wire compression of every allreduce under test; results are then checked
+  // within the compression's error (batch.hpp) instead of exactly.
+  nc_compress_t compress = NC_COMPRESS_NONE;
 };
 
 // "world" (0) or "split:K" with K >= 1 (K); empty on anything else.

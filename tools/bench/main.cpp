@@ -17,6 +17,7 @@
 #include "check.hpp"
 #include "collectives.hpp"
 #include "nodecomm.h"
+#include "workload.hpp"
 
 namespace {
 
@@ -222,7 +223,11 @@ int bench_main(int argc, char** argv) {
                "nodecomm: malloc'd buffers, which the library copies through its arena, "
                "instead of nc_alloc'd ones");
 
+  nodecomm::bench::ExtraFlags xf;  // --workload, --priority-probe, --batch, --compress, ...
+  nodecomm::bench::add_extra_flags(app, xf);
+
   Config config;
+  nodecomm::bench::RunMode mode;
   try {
     app.parse(argc, argv);
     // Defaults from the launcher's environment, checked as strictly as the flags.
@@ -241,6 +246,8 @@ int bench_main(int argc, char** argv) {
       }
     }
     config = to_config(f, app);
+    // Also sets the daemon's runtime parameters in the environment, for nc_init.
+    mode = nodecomm::bench::resolve_run_mode(xf, app, f.backend == "mpi", config);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -256,8 +263,7 @@ int bench_main(int argc, char** argv) {
       backend = nodecomm::bench::make_mpi_backend();
     } else {
       nodecomm::bench::NodecommBackendOptions options;
-      options.arena_bytes = nodecomm::bench::arena_bytes_for(
-          *std::max_element(config.sizes.begin(), config.sizes.end()));
+      options.arena_bytes = mode.arena_bytes;
       options.use_arena = !f.no_arena;
       backend = nodecomm::bench::make_nodecomm_backend(options);
     }
@@ -267,8 +273,20 @@ int bench_main(int argc, char** argv) {
   }
 
   const int rank = backend->world_rank();
+  if (rank == 0 && !mode.note.empty()) fmt::print(stderr, "nodecomm-bench: note: {}\n", mode.note);
   try {
-    const int rc = nodecomm::bench::run(*backend, config);
+    int rc = 0;
+    switch (mode.kind) {
+      case nodecomm::bench::RunMode::kSweep:
+        rc = nodecomm::bench::run(*backend, config);
+        break;
+      case nodecomm::bench::RunMode::kWorkload:
+        rc = nodecomm::bench::run_workload(*backend, mode.workload);
+        break;
+      case nodecomm::bench::RunMode::kProbe:
+        rc = nodecomm::bench::run_probe(*backend, mode.probe);
+        break;
+    }
     backend->finalize(true);
     return rc;
   } catch (const std::exception& e) {

@@ -41,6 +41,7 @@ void Report::header() {
                                                  info_.comm_size, info_.comm_size == 1 ? "" : "s"));
   fmt::print(table_, "# buffers: {}, check: {}\n", info_.buffers, info_.check ? "on" : "off");
   if (!info_.reduced_note.empty()) fmt::print(table_, "# {}\n", info_.reduced_note);
+  if (!info_.batch_note.empty()) fmt::print(table_, "# {}\n", info_.batch_note);
   fmt::print(table_, "#\n");
   fmt::print(table_, "#{:>11}{:>13}{:>7}{:>7}{:>12}{:>13}{:>13}{:>8}\n", "size", "count", "type",
              "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
@@ -84,6 +85,8 @@ void Report::row(const Row& row) {
       {"link_bytes_per_s", info_.link_rate > 0 ? nlohmann::ordered_json(info_.link_rate)
                                                : nlohmann::ordered_json(nullptr)},
       {"linkeff", linkeff ? nlohmann::ordered_json(*linkeff) : nlohmann::ordered_json(nullptr)},
+      {"batch", info_.batch},
+      {"compress", info_.compress},
   };
   *json_ << j.dump() << '\n';
   json_->flush();

@@ -30,6 +30,9 @@ struct RunInfo {
   std::string reduced_note;    // non-empty: why some rows use fewer iterations
   double link_rate = 0;        // bytes per second; 0: not known (no --link-rate)
   std::string link_rate_text;  // as the user spelt it
+  int batch = 1;               // --batch: operations in flight per size before waiting
+  std::string compress = "none";
+  std::string batch_note;  // non-empty: a header line on --batch/--compress
 };
 
 struct Row {
