@@ -10,11 +10,10 @@ namespace nodecomm::daemon {
 void ClientSession::attach_segment(ipc::Segment segment, std::string name) {
   segment_ = std::move(segment);
   segment_name_ = std::move(name);
-  const auto& h = segment_.header();
-  submissions_ = ipc::RingConsumer<proto::OpDescriptor>(&segment_.submit_ring(),
-                                                        segment_.submit_slots(), h.submit_capacity);
+  submissions_ = ipc::RingConsumer<proto::OpDescriptor>(
+      &segment_.submit_ring(), segment_.submit_slots(), segment_.submit_capacity());
   completions_ = ipc::RingProducer<proto::Completion>(
-      &segment_.complete_ring(), segment_.complete_slots(), h.complete_capacity);
+      &segment_.complete_ring(), segment_.complete_slots(), segment_.complete_capacity());
 }
 
 void ClientSession::unlink_segment_name() {

@@ -49,6 +49,8 @@ class ClientSession {
   // Moves overflowed completions into the ring and rings the doorbell if anything was
   // published since the last call. Returns the number published.
   size_t flush();
+  // Completions the client has not made room for yet.
+  size_t backlog() const { return overflow_.size(); }
   // Tells the client's library the daemon is about to sleep, so its next submit sends a wake.
   void set_daemon_parked(bool parked);
   void heartbeat(uint64_t now_ns);

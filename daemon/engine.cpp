@@ -55,6 +55,9 @@ size_t Engine::poll(Job& job) {
 
 size_t Engine::drain(Job& job, ClientSession& member) {
   size_t taken = 0;
+  // Backpressure: a client that does not read its completions gets no more work taken from
+  // its ring, so its submissions fail with NC_ERR_QUEUE_FULL instead of growing the daemon.
+  if (member.backlog() >= member.segment().complete_capacity()) return 0;
   proto::OpDescriptor desc;
   const uint64_t now = ipc::monotonic_ns();
   while (taken < kDrainBatch && member.violation.empty()) {
@@ -65,7 +68,7 @@ size_t Engine::drain(Job& job, ClientSession& member) {
           "{}: submission ring position is impossible (consumed {}, capacity {}); the producer "
           "position ran ahead or backwards",
           who(job, member), member.submissions().position(),
-          member.segment().header().submit_capacity);
+          member.segment().submit_capacity());
       break;
     }
     ++taken;

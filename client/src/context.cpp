@@ -238,12 +238,11 @@ Result Context::attach(const Settings& s) {
   if (ipc::send_message(socket_.get(), &mapped, sizeof(mapped)) != ipc::IoResult::kOk) {
     return daemon_lost("acknowledging the segment");
   }
-  const auto& h = segment_.header();
-  submissions_ = ipc::RingProducer<proto::OpDescriptor>(&segment_.submit_ring(),
-                                                        segment_.submit_slots(), h.submit_capacity);
+  submissions_ = ipc::RingProducer<proto::OpDescriptor>(
+      &segment_.submit_ring(), segment_.submit_slots(), segment_.submit_capacity());
   completions_ = ipc::RingConsumer<proto::Completion>(
-      &segment_.complete_ring(), segment_.complete_slots(), h.complete_capacity);
-  arena_ = ArenaAllocator(h.arena_bytes);
+      &segment_.complete_ring(), segment_.complete_slots(), segment_.complete_capacity());
+  arena_ = ArenaAllocator(segment_.arena_bytes());
 
   proto::JobReady ready{};
   io = ipc::recv_message_timed(socket_.get(), &ready, sizeof(ready), size, timeout_ms);

@@ -37,29 +37,45 @@ class Segment {
 
   void* base() const { return region_.get_address(); }
   uint64_t size() const { return region_.get_size(); }
+  // The shared header: only for writing it at creation and for diagnostics. Everything
+  // below uses the geometry copied into private memory at create/open time, because the
+  // client can rewrite the shared header at any moment.
   proto::SegmentHeader& header() const { return *static_cast<proto::SegmentHeader*>(base()); }
-  proto::Doorbells& doorbells() const { return *at<proto::Doorbells>(header().doorbells_offset); }
+  proto::Doorbells& doorbells() const { return *at<proto::Doorbells>(layout_.doorbells_offset); }
   proto::RingHeader& submit_ring() const {
-    return *at<proto::RingHeader>(header().submit_ring_offset);
+    return *at<proto::RingHeader>(layout_.submit_ring_offset);
   }
   proto::OpDescriptor* submit_slots() const {
-    return at<proto::OpDescriptor>(header().submit_ring_offset + sizeof(proto::RingHeader));
+    return at<proto::OpDescriptor>(layout_.submit_ring_offset + sizeof(proto::RingHeader));
   }
   proto::RingHeader& complete_ring() const {
-    return *at<proto::RingHeader>(header().complete_ring_offset);
+    return *at<proto::RingHeader>(layout_.complete_ring_offset);
   }
   proto::Completion* complete_slots() const {
-    return at<proto::Completion>(header().complete_ring_offset + sizeof(proto::RingHeader));
+    return at<proto::Completion>(layout_.complete_ring_offset + sizeof(proto::RingHeader));
   }
-  uint8_t* arena() const { return at<uint8_t>(header().arena_offset); }
-  uint64_t arena_bytes() const { return header().arena_bytes; }
+  uint8_t* arena() const { return at<uint8_t>(layout_.arena_offset); }
+  uint64_t arena_bytes() const { return layout_.arena_bytes; }
+  uint32_t submit_capacity() const { return layout_.submit_capacity; }
+  uint32_t complete_capacity() const { return layout_.complete_capacity; }
 
  private:
   template <class T>
   T* at(uint64_t offset) const {
     return reinterpret_cast<T*>(static_cast<uint8_t*>(base()) + offset);
   }
+  // Private copy of the validated geometry.
+  struct Layout {
+    uint64_t doorbells_offset = 0;
+    uint64_t submit_ring_offset = 0;
+    uint64_t complete_ring_offset = 0;
+    uint64_t arena_offset = 0;
+    uint64_t arena_bytes = 0;
+    uint32_t submit_capacity = 0;
+    uint32_t complete_capacity = 0;
+  };
   boost::interprocess::mapped_region region_;
+  Layout layout_;
 };
 
 // Populates page tables for [addr, addr+bytes) so the first real use does not pay the
