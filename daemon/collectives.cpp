@@ -180,8 +180,8 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
 // reduced from the members' send buffers just before the range goes out, and a finished range
 // is delivered to every member at once, so both overlap the network. A member that vanishes
 // mid-way marks the operation, which then fails instead of delivering a partial sum.
-AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s,
-                               uint8_t* base, size_t shift, StagingPool::Buffer* scratch_holder) {
+AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shape& s, uint8_t* base,
+                               size_t shift, StagingPool::Buffer* scratch_holder) {
   AllreduceHooks hooks;
   Job* job = &ctx.job;
   const CommLayout* lay = &ctx.comm.layout();
@@ -529,8 +529,8 @@ TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<
     *holder = pool->acquire(std::max<size_t>(bytes, 1));
     return holder->data;
   };
-  return ctx.transport.start_allreduce(lay.node_comm, base, total, first_shape.wire,
-                                       first_shape.op, first_shape.compression, hooks);
+  return ctx.transport.start_allreduce(lay.node_comm, base, total, first_shape.wire, first_shape.op,
+                                       first_shape.compression, hooks);
 }
 
 void stage_out(CollectiveContext& ctx, Operation& op) {

@@ -67,8 +67,7 @@ size_t Engine::drain(Job& job, ClientSession& member) {
       member.violation = fmt::format(
           "{}: submission ring position is impossible (consumed {}, capacity {}); the producer "
           "position ran ahead or backwards",
-          who(job, member), member.submissions().position(),
-          member.segment().submit_capacity());
+          who(job, member), member.submissions().position(), member.segment().submit_capacity());
       break;
     }
     ++taken;

@@ -3,6 +3,7 @@
 // order, and from the same gathered records computes the same units in the same order, so
 // the transport sees identical start sequences everywhere.
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,8 +14,6 @@
 #include "engine.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
-
-#include <xxhash.h>
 
 namespace nodecomm::daemon {
 
@@ -83,9 +82,9 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     } catch (const TransportError& e) {
       --inter_node_ops_;
       sched.round = 0;
-      comm.poison(Status::kPeerLost,
-                  fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(),
-                              e.what()));
+      comm.poison(
+          Status::kPeerLost,
+          fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(), e.what()));
     }
   }
   auto& ops = comm.ops();
@@ -140,8 +139,8 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
       sched.bytes_in_flight + sched.chunk(tuning) <=
           std::max(sched.window(tuning), sched.chunk(tuning))) {
     const uint64_t now = ipc::monotonic_ns();
-    const bool cycle_passed =
-        tuning.fusion_cycle_us == 0 || now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
+    const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
+                              now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
     bool any_ready = false;
     for (auto it = ops.lower_bound(sched.floor);
          it != ops.end() && it->first < sched.floor + kWindow; ++it) {
@@ -175,8 +174,8 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   const size_t window = sched.window(tuning);
   mine.room = window - std::min(window, sched.bytes_in_flight);
   auto& ops = comm.ops();
-  for (auto it = ops.lower_bound(sched.floor);
-       it != ops.end() && it->first < sched.floor + kWindow; ++it) {
+  for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
+       ++it) {
     if (is_management(it->second)) break;  // nothing overtakes a split or free
     if (!locally_ready(comm, it->second)) continue;
     const uint64_t i = it->first - sched.floor;
@@ -241,16 +240,13 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     // Only what every rank of the communicator must pass alike: v-collectives' counts and a
     // split's color and key differ by rank.
     const auto collective = static_cast<proto::Collective>(d.collective);
-    const bool same_count = collective != proto::Collective::kAllgatherv &&
-                            collective != proto::Collective::kAlltoallv;
-    const uint64_t fields[] = {sched.floor + i,
-                               same_count ? d.count : 0,
-                               d.collective,
-                               d.dtype,
-                               d.redop,
-                               static_cast<uint64_t>(static_cast<uint32_t>(d.priority)),
-                               d.compression,
-                               proto::collective_has_root(collective) ? d.root : 0};
+    const bool same_count =
+        collective != proto::Collective::kAllgatherv && collective != proto::Collective::kAlltoallv;
+    const uint64_t fields[] = {
+        sched.floor + i, same_count ? d.count : 0,
+        d.collective,    d.dtype,
+        d.redop,         static_cast<uint64_t>(static_cast<uint32_t>(d.priority)),
+        d.compression,   proto::collective_has_root(collective) ? d.root : 0};
     digest = XXH3_64bits_withSeed(fields, sizeof(fields), digest);
   }
   sched.checked = digest;
@@ -343,7 +339,8 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   if (Log::get().enabled(LogLevel::kDebug)) {
     size_t planned_ops = 0;
     for (const ScheduledUnit& u : plan) planned_ops += u.seqs.size();
-    NC_LOG(kDebug, "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
+    NC_LOG(kDebug,
+           "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
            "room {} bytes, {} bytes in flight",
            comm.id(), sched.rounds, sched.floor, eligible.size(), plan.size(), planned_ops, room,
            sched.bytes_in_flight);
@@ -398,7 +395,7 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         }
         start(job, comm, op);  // stage_in + start_network, as without scheduling
         if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
-        --inter_node_ops_;  // counted per unit below instead
+        --inter_node_ops_;                                     // counted per unit below instead
         unit.handle = op.handle;
         break;
       }

@@ -95,7 +95,7 @@ class Communicator {
   uint32_t id() const { return id_; }
   uint32_t local_size() const { return local_size_; }
   const CommLayout& layout() const { return layout_; }
-  bool freed = false;  // a completed comm_free: dropped once its operations are gone
+  bool freed = false;     // a completed comm_free: dropped once its operations are gone
   CommSchedule schedule;  // negotiated scheduling state (multi-node communicators)
   // Files a submission; the operation is created on its first submission.
   Operation& add(uint32_t local_rank, const Submission& submission);

@@ -57,13 +57,13 @@ struct ScheduledUnit {
   enum class Kind : uint8_t { kChunk, kFused, kInt8, kWhole };
   Kind kind = Kind::kWhole;
   TransportHandle handle = 0;
-  std::vector<uint64_t> seqs;    // the operations it carries
-  std::vector<size_t> offsets;   // kFused: first element of each operation in `buffer`
-  size_t first = 0;              // kChunk: element range of the operation
+  std::vector<uint64_t> seqs;   // the operations it carries
+  std::vector<size_t> offsets;  // kFused: first element of each operation in `buffer`
+  size_t first = 0;             // kChunk: element range of the operation
   size_t count = 0;
-  size_t bytes = 0;              // on the network, for the window
-  StagingPool::Buffer buffer;    // kFused: the packed operations; kInt8: every node's blocks
-  StagingPool::Buffer scratch;   // the algorithm's scratch
+  size_t bytes = 0;             // on the network, for the window
+  StagingPool::Buffer buffer;   // kFused: the packed operations; kInt8: every node's blocks
+  StagingPool::Buffer scratch;  // the algorithm's scratch
 };
 
 // The adaptive window's bounds and the chunk's.
@@ -94,9 +94,7 @@ struct CommSchedule {
   // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
   void record_completion(size_t bytes, uint64_t now);
 
-  bool fully_scheduled(uint64_t seq) const {
-    return seq < floor || scheduled_ahead.count(seq) > 0;
-  }
+  bool fully_scheduled(uint64_t seq) const { return seq < floor || scheduled_ahead.count(seq) > 0; }
   void mark_scheduled(uint64_t seq) {
     scheduled_ahead.insert(seq);
     while (scheduled_ahead.erase(floor) > 0) ++floor;

@@ -39,14 +39,14 @@ class Transport {
   virtual std::string name() const = 0;
 
   // Reduces `count` elements of `buffer` in place across all nodes, with the algorithm the
-  // tuning picks (the ring whenever `wire` compresses, see AllreduceSpec::wire). The transport calls hooks.prepare for every range before it reads it and
-  // hooks.done once a range holds the result (see allreduce_algorithms.hpp); `buffer` must
-  // stay valid until test() reports completion. Operations are matched across nodes by the
-  // order in which they are started, so every daemon must start them in the same order.
+  // tuning picks (the ring whenever `wire` compresses, see AllreduceSpec::wire). The transport
+  // calls hooks.prepare for every range before it reads it and hooks.done once a range holds the
+  // result (see allreduce_algorithms.hpp); `buffer` must stay valid until test() reports
+  // completion. Operations are matched across nodes by the order in which they are started, so
+  // every daemon must start them in the same order.
   virtual TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count,
                                           proto::DType dtype, proto::RedOp op,
-                                          proto::Compression wire,
-                                          const AllreduceHooks& hooks) = 0;
+                                          proto::Compression wire, const AllreduceHooks& hooks) = 0;
   // Reduces `count` elements of `buffer` across all nodes into `buffer` on `root_node`.
   virtual TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count,
                                        proto::DType dtype, proto::RedOp op, uint32_t root_node) = 0;

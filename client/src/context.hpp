@@ -13,9 +13,9 @@
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/segment.hpp"
-#include "nodecomm/proto/control.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/abi.hpp"
+#include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::client {

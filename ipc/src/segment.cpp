@@ -85,9 +85,9 @@ Segment Segment::create(const std::string& name, const SegmentSpec& spec, uint32
   h.complete_capacity = spec.complete_capacity;
   h.client_id = client_id;
   h.local_rank = local_rank;
-  seg.layout_ = Layout{g.doorbells_offset,   g.submit_ring_offset,  g.complete_ring_offset,
-                       g.arena_offset,       spec.arena_bytes,      spec.submit_capacity,
-                       spec.complete_capacity};
+  seg.layout_ =
+      Layout{g.doorbells_offset, g.submit_ring_offset, g.complete_ring_offset, g.arena_offset,
+             spec.arena_bytes,   spec.submit_capacity, spec.complete_capacity};
   // release: a client that acquires the version sees every field written above.
   std::atomic_ref<uint32_t>(h.layout_version)
       .store(proto::kLayoutVersion, std::memory_order_release);
@@ -128,9 +128,9 @@ Segment Segment::open(const std::string& name) {
                     "version {}",
                     name, version));
   }
-  seg.layout_ = Layout{g.doorbells_offset, g.submit_ring_offset, g.complete_ring_offset,
-                       g.arena_offset,     h.arena_bytes,        h.submit_capacity,
-                       h.complete_capacity};
+  seg.layout_ =
+      Layout{g.doorbells_offset, g.submit_ring_offset, g.complete_ring_offset, g.arena_offset,
+             h.arena_bytes,      h.submit_capacity,    h.complete_capacity};
   prefault(seg.base(), g.segment_bytes);
   return seg;
 }

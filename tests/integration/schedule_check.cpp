@@ -56,8 +56,8 @@ int verify(const Planned& p, uint64_t index, int size, int rank) {
         std::fprintf(stderr,
                      "schedule_check: rank %d op %" PRIu64 " (%s %s count %" PRIu64
                      " priority %d%s) element %" PRIu64 ": got %g, expected %g\n",
-                     rank, index, nc_dtype_name(p.dtype), nc_redop_name(p.op), p.count,
-                     p.priority, p.in_place ? " in place" : "", i, got, want);
+                     rank, index, nc_dtype_name(p.dtype), nc_redop_name(p.op), p.count, p.priority,
+                     p.in_place ? " in place" : "", i, got, want);
       }
       ++wrong;
     }
@@ -140,10 +140,10 @@ bool identical_everywhere(nodecomm::Context& ctx, const float* data, uint64_t co
   std::memcpy(hi, data, count * 4);
   nc_request_t a = 0;
   nc_request_t b = 0;
-  nodecomm::check(nc_allreduce(ctx.handle(), lo, lo, count, NC_I32, NC_MIN, NC_COMM_WORLD,
-                               nullptr, &a));
-  nodecomm::check(nc_allreduce(ctx.handle(), hi, hi, count, NC_I32, NC_MAX, NC_COMM_WORLD,
-                               nullptr, &b));
+  nodecomm::check(
+      nc_allreduce(ctx.handle(), lo, lo, count, NC_I32, NC_MIN, NC_COMM_WORLD, nullptr, &a));
+  nodecomm::check(
+      nc_allreduce(ctx.handle(), hi, hi, count, NC_I32, NC_MAX, NC_COMM_WORLD, nullptr, &b));
   nodecomm::check(nc_wait(ctx.handle(), a));
   nodecomm::check(nc_wait(ctx.handle(), b));
   const bool same = std::memcmp(lo, hi, count * 4) == 0;
@@ -184,7 +184,8 @@ int run_compressed(nodecomm::Context& ctx, nc_compress_t compress) {
       worst = std::max(worst, magnitude > 0 ? err / magnitude : 0);
       if (err > bound) {
         if (wrong < 3) {
-          std::fprintf(stderr, "schedule_check: rank %d %s count %" PRIu64 " element %" PRIu64
+          std::fprintf(stderr,
+                       "schedule_check: rank %d %s count %" PRIu64 " element %" PRIu64
                        ": got %g, exact %g, bound %g\n",
                        rank, nc_compress_name(compress), count, i, buf.data()[i], exact, bound);
         }
@@ -192,8 +193,9 @@ int run_compressed(nodecomm::Context& ctx, nc_compress_t compress) {
       }
     }
     if (!identical_everywhere(ctx, buf.data(), count)) {
-      std::fprintf(stderr, "schedule_check: rank %d %s count %" PRIu64
-                   ": ranks received different bits\n", rank, nc_compress_name(compress), count);
+      std::fprintf(stderr,
+                   "schedule_check: rank %d %s count %" PRIu64 ": ranks received different bits\n",
+                   rank, nc_compress_name(compress), count);
       ++wrong;
     }
     std::printf("schedule_check: rank %d %s count %" PRIu64
@@ -242,9 +244,10 @@ int run_int8(nodecomm::Context& ctx, int steps) {
     if (err > bound) ++wrong;
   }
   if (!identical_everywhere(ctx, buf.data(), count)) ++wrong;
-  std::printf("schedule_check: rank %d int8: %d steps, accumulated error %.3g (bound %.3g, "
-              "accumulated magnitude %.3g)\n",
-              rank, steps, worst, bound, std::fabs(exact[0]));
+  std::printf(
+      "schedule_check: rank %d int8: %d steps, accumulated error %.3g (bound %.3g, "
+      "accumulated magnitude %.3g)\n",
+      rank, steps, worst, bound, std::fabs(exact[0]));
   return wrong;
 }
 

@@ -30,10 +30,10 @@ enum class ControlType : uint32_t {
 // daemons of a job negotiate with what node 0's ranks asked for.
 inline constexpr int64_t kTuningDefault = -1;
 struct JobTuning {
-  int32_t priority_policy;        // PriorityPolicy, or -1
-  int32_t fusion;                 // 0 off, 1 on, or -1
-  int64_t fusion_threshold_bytes; // or -1
-  int64_t fusion_cycle_us;        // or -1
+  int32_t priority_policy;         // PriorityPolicy, or -1
+  int32_t fusion;                  // 0 off, 1 on, or -1
+  int64_t fusion_threshold_bytes;  // or -1
+  int64_t fusion_cycle_us;         // or -1
 };
 static_assert(sizeof(JobTuning) == 24 && std::is_trivially_copyable_v<JobTuning>);
 
