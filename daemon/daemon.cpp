@@ -162,6 +162,7 @@ size_t Daemon::do_work() {
   if (!job_) return 0;
   size_t work = 0;
   if (job_->state == Job::State::kForming) work += progress_formation(*job_);
+  if (job_->state == Job::State::kRunning) work += exchange_notices(*job_);
   if (job_->state == Job::State::kRunning || engine_.has_inter_node_work()) {
     work += engine_.poll(*job_);
     for (ClientSession* member : job_->members) {
@@ -171,6 +172,23 @@ size_t Daemon::do_work() {
         ++work;
       }
     }
+  }
+  return work;
+}
+
+size_t Daemon::exchange_notices(Job& job) {
+  size_t work = 0;
+  for (const std::string& text : engine_.take_notices()) {
+    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, text);
+    ++work;
+  }
+  uint64_t tag = 0;
+  std::string text;
+  while (transport_.poll_notice(tag, text)) {
+    ++work;
+    if (tag != job.mine.job_hash) continue;  // a previous job's
+    NC_LOG(kWarn, "job {}: {}", job.name, text);
+    engine_.remote_failure(job, text);
   }
   return work;
 }

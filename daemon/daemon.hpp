@@ -49,6 +49,8 @@ class Daemon {
 
  private:
   size_t do_work();
+  // Failure notices to and from the other daemons of the job.
+  size_t exchange_notices(Job& job);
   size_t service_sockets(int timeout_ms);
   void accept_clients();
   void on_readable(ClientSession& client);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "client_session.hpp"
@@ -122,6 +123,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                                          describe_submission(desc), desc.seq, verdict.message);
     fail_one(member, desc, verdict.status, text);
     comm.poison(Status::kPeerLost, "invalid operation from " + text);
+    notices_.push_back("invalid operation from " + text);
     return;
   }
   if (comm.poisoned()) {
@@ -149,6 +151,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
     const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
     complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);
+    notices_.push_back(text);
     return;
   }
   op.phase = Operation::Phase::kReady;
@@ -319,8 +322,21 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
 
 void Engine::member_lost(Job& job, ClientSession& lost, const std::string& why) {
   const std::string reason = fmt::format("{} was lost: {}", who(job, lost), why);
+  // A rank that finalized has finished every operation it posted: nothing to tell the others.
+  if (why != "called finalize") notices_.push_back(reason);
+  fail_all(job, reason, [&](const Communicator& comm, uint32_t id) {
+    return comm.layout().member_of_local(lost.local_rank) >= 0 || id == 0;
+  });
+}
+
+void Engine::remote_failure(Job& job, const std::string& text) {
+  fail_all(job, text, [](const Communicator&, uint32_t) { return true; });
+}
+
+void Engine::fail_all(Job& job, const std::string& reason,
+                      const std::function<bool(const Communicator&, uint32_t)>& affected) {
   for (auto& [id, comm] : job.comms) {
-    if (comm->layout().member_of_local(lost.local_rank) < 0 && id != 0) continue;
+    if (!affected(*comm, id)) continue;
     comm->poison(Status::kPeerLost, reason);
     for (auto& [seq, op] : comm->ops()) {
       if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {

@@ -4,7 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "job.hpp"
 #include "staging.hpp"
@@ -34,6 +37,11 @@ class Engine {
   // does everything they submit later. Inter-node operations already started run to the end,
   // because the other daemons are in them too.
   void member_lost(Job& job, ClientSession& lost, const std::string& why);
+  // Another node's daemon reported a failure of this job (Transport::poll_notice): every
+  // communicator fails as after a local loss, naming what the other node said.
+  void remote_failure(Job& job, const std::string& text);
+  // Failures found here since the last call, for the other daemons (Transport::send_notice).
+  std::vector<std::string> take_notices() { return std::exchange(notices_, {}); }
   // A client broke the ring protocol; it is told why and the caller drops it.
   bool has_inter_node_work() const { return inter_node_ops_ > 0; }
 
@@ -50,6 +58,9 @@ class Engine {
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
+  // Poisons every communicator `affected` picks and fails what has not reached the network.
+  void fail_all(Job& job, const std::string& reason,
+                const std::function<bool(const Communicator&, uint32_t)>& affected);
   void start(Job& job, Communicator& comm, Operation& op);
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
@@ -62,6 +73,7 @@ class Engine {
   EngineLimits limits_;
   SchedulerTuning sched_;
   size_t inter_node_ops_ = 0;
+  std::vector<std::string> notices_;
 };
 
 }  // namespace nodecomm::daemon

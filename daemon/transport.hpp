@@ -85,6 +85,12 @@ class Transport {
   // Called once per engine pass before any test(): work shared by every handle (polling
   // the network once) is done once per pass.
   virtual void begin_pass() {}
+  // Out-of-band failure notices between daemons, outside every operation's ordering: a
+  // daemon whose job lost a rank tells every other daemon at once, so their ranks get an
+  // error naming it instead of waiting for their timeout. `tag` identifies the job.
+  virtual void send_notice(uint64_t /*tag*/, const std::string& /*text*/) {}
+  // A notice received since the last call, if any.
+  virtual bool poll_notice(uint64_t& /*tag*/, std::string& /*text*/) { return false; }
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
   // This daemon's index within `comm` (node order) and the number of daemons in it.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -238,8 +239,73 @@ class MpiTransport final : public Transport {
     tag_windows_ = std::max(1, (max_tag_ / kTagsPerOperation));
     requests_p2p_ = std::make_unique<RequestTable>(rank_);
     add_group(kAllNodes, MPI_COMM_WORLD, duplicate_lanes(MPI_COMM_WORLD, lanes_, &rank_));
+    // Its own communicator, so notices never match an operation's messages.
+    MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_);
+    MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN);
+    post_notice_receive();
   }
+
+  void send_notice(uint64_t tag, const std::string& text) override {
+    Notice n{};
+    n.tag = tag;
+    n.from = rank_;
+    std::snprintf(n.text, sizeof(n.text), "%s", text.c_str());
+    for (uint32_t peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      auto sent = std::make_unique<SentNotice>();
+      sent->notice = n;
+      if (MPI_Isend(&sent->notice, sizeof(Notice), MPI_BYTE, static_cast<int>(peer), 0,
+                    notice_comm_, &sent->request) == MPI_SUCCESS) {
+        sent_notices_.push_back(std::move(sent));
+      }
+    }
+  }
+
+  bool poll_notice(uint64_t& tag, std::string& text) override {
+    // Sends finish on their own time; forget them once they have.
+    std::erase_if(sent_notices_, [](const std::unique_ptr<SentNotice>& s) {
+      int done = 0;
+      MPI_Test(&s->request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+    if (notice_request_ == MPI_REQUEST_NULL) return false;
+    int done = 0;
+    if (MPI_Test(&notice_request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done == 0) {
+      return false;
+    }
+    tag = incoming_notice_.tag;
+    incoming_notice_.text[sizeof(incoming_notice_.text) - 1] = '\0';
+    text = fmt::format("node {} reports: {}", incoming_notice_.from, incoming_notice_.text);
+    post_notice_receive();
+    return true;
+  }
+  struct Notice {
+    uint64_t tag;
+    uint32_t from;
+    uint32_t reserved;
+    char text[496];
+  };
+  struct SentNotice {
+    Notice notice;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  void post_notice_receive() {
+    incoming_notice_ = {};
+    if (MPI_Irecv(&incoming_notice_, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE, 0, notice_comm_,
+                  &notice_request_) != MPI_SUCCESS) {
+      notice_request_ = MPI_REQUEST_NULL;
+    }
+  }
+
   ~MpiTransport() override {
+    if (notice_request_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&notice_request_);
+      MPI_Request_free(&notice_request_);
+    }
+    for (auto& sent : sent_notices_) MPI_Request_free(&sent->request);
+    sent_notices_.clear();
+    if (notice_comm_ != MPI_COMM_NULL) MPI_Comm_free(&notice_comm_);
     for (auto& [handle, job] : group_jobs_) {
       // A creation still blocked in MPI (a peer died) must not hang the shutdown.
       if (job->done.load(std::memory_order_acquire)) {
@@ -609,6 +675,10 @@ class MpiTransport final : public Transport {
   std::unordered_map<NodeComm, Group> groups_;
   std::unordered_map<TransportHandle, std::unique_ptr<AllreduceAlgorithm>> algorithms_;
   bool pass_polled_ = false;  // the point-to-point requests were polled in this engine pass
+  MPI_Comm notice_comm_ = MPI_COMM_NULL;
+  MPI_Request notice_request_ = MPI_REQUEST_NULL;
+  Notice incoming_notice_{};
+  std::vector<std::unique_ptr<SentNotice>> sent_notices_;
   std::unordered_map<TransportHandle, std::shared_ptr<GroupJob>> group_jobs_;
   std::unordered_map<TransportHandle, FinishedGroups> finished_groups_;
   bool thread_multiple_ = false;

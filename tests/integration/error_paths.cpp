@@ -3,8 +3,12 @@
 //
 //   error_paths mismatch     ranks post different counts for the same sequence number
 //   error_paths peer-exit    the last rank exits without finalizing while the others wait
+//   error_paths remote-kill  the last rank SIGKILLs itself; every other rank, on every node,
+//                            gets NC_ERR_PEER_LOST naming it within 5 seconds
 //   error_paths local-checks bad arguments are refused by the library before reaching the daemon
 //   error_paths requests     256 operations in flight, refusal past the limit, wait_any/wait_all
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -67,6 +71,43 @@ int peer_exit(nc_context_t* ctx) {
   const std::string lost = "rank " + std::to_string(size - 1);
   bad += expect(contains(nc_last_error(), lost.c_str()), rank, "the lost rank to be named",
                 nc_last_error());
+  return bad;
+}
+
+double now_sec() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+int remote_kill(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int size = nc_world_size(ctx);
+  double* buf = nullptr;
+  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  // One good allreduce first, so every daemon is in the running job.
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
+      nc_wait(ctx, req) != NC_OK) {
+    return expect(false, rank, "a first allreduce to succeed", nc_last_error());
+  }
+  if (rank == size - 1) {
+    usleep(200 * 1000);  // let the others post and wait
+    kill(getpid(), SIGKILL);
+  }
+  const double start = now_sec();
+  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+    return expect(false, rank, "a posted allreduce", nc_last_error());
+  }
+  const nc_status_t s = nc_wait(ctx, req);
+  const double waited = now_sec() - start;
+  int bad = expect(s == NC_ERR_PEER_LOST, rank, "NC_ERR_PEER_LOST", nc_last_error());
+  const std::string lost = "rank " + std::to_string(size - 1);
+  bad += expect(contains(nc_last_error(), lost.c_str()), rank, "the lost rank to be named",
+                nc_last_error());
+  bad += expect(waited < 5.0, rank, "the error within 5 s", std::to_string(waited).c_str());
+  std::printf("error_paths rank %d (node %d): told in %.2f s: %s\n", rank, nc_node_index(ctx),
+              waited, nc_last_error());
   return bad;
 }
 
@@ -151,12 +192,13 @@ int requests(nc_context_t* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|local-checks|requests\n");
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
   nc_init_options_default(&opts);
   if (std::strcmp(argv[1], "peer-exit") == 0) opts.timeout_sec = 8;
+  if (std::strcmp(argv[1], "remote-kill") == 0) opts.timeout_sec = 30;  // must not be the cause
   nc_context_t* ctx = nullptr;
   if (nc_init(&opts, &ctx) != NC_OK) {
     std::fprintf(stderr, "error_paths: nc_init: %s\n", nc_last_error());
@@ -167,6 +209,8 @@ int main(int argc, char** argv) {
     bad = mismatch(ctx);
   } else if (std::strcmp(argv[1], "peer-exit") == 0) {
     bad = peer_exit(ctx);
+  } else if (std::strcmp(argv[1], "remote-kill") == 0) {
+    bad = remote_kill(ctx);
   } else if (std::strcmp(argv[1], "requests") == 0) {
     bad = requests(ctx);
   } else if (std::strcmp(argv[1], "local-checks") == 0) {
