@@ -63,6 +63,8 @@
 #define HWY_TARGET_INCLUDE "wire_codec.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// Per target, like this file, and after the fp-contract pragma above.
+#include "float_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 // A namespace of its own: reduce.cpp defines helpers with the same names in
@@ -77,14 +79,14 @@ using proto::RedOp;
 using DF = hn::CappedTag<float, 64>;
 static_assert(kInt8Block % 64 == 0, "int8 blocks must hold whole vectors");
 
-// Same condition as reduce.cpp: with F16C, Highway's f16 PromoteTo/DemoteTo are vcvtph2ps /
-// vcvtps2ph (round to nearest even). Below that, Highway 1.0.3's emulation truncates and mishandles
-// inf/NaN, so those targets use the integer conversions below, which reproduce F16C bit for bit.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
-constexpr bool kHwF16 = true;
-#else
-constexpr bool kHwF16 = false;
-#endif
+// f16 / bf16 <-> f32 conversions shared with reduce.cpp (float_convert-inl.h). kHwF16: with F16C,
+// Highway's f16 PromoteTo/DemoteTo are vcvtph2ps / vcvtps2ph (round to nearest even); below that
+// the integer conversions, which reproduce F16C bit for bit, are used.
+using hn::float_convert::BF16BitsToF32;
+using hn::float_convert::F16BitsToF32;
+using hn::float_convert::F32ToBF16Bits;
+using hn::float_convert::F32ToF16Bits;
+using hn::float_convert::kHwF16;
 
 constexpr uint32_t kQuietBit = 0x00400000u;
 constexpr uint32_t kCanonicalNaN = 0x7FC00000u;
@@ -110,80 +112,6 @@ template <class D>
 HWY_INLINE hn::Vec<D> FiniteOrZero(D df, hn::Vec<D> v) {
   return hn::IfThenElseZero(hn::Lt(hn::Abs(v), hn::Set(df, std::numeric_limits<float>::infinity())),
                             v);
-}
-
-// ------------------------------------------------------------------------------------------------
-// f16 / bf16 <-> f32 on u32 lanes holding the 16-bit pattern in their low half (the same algorithms
-// as reduce.cpp, plus the NaN quieting that vcvtph2ps does).
-
-template <class DF_>
-HWY_INLINE hn::Vec<DF_> F16BitsToF32(DF_ df, hn::Vec<hn::RebindToUnsigned<DF_>> h) {
-  const hn::RebindToUnsigned<DF_> du;
-  const hn::RebindToSigned<DF_> di;
-  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
-  const auto em = hn::And(h, hn::Set(du, 0x7FFFu));
-  const auto shifted = hn::ShiftLeft<13>(em);
-  // Rebias the exponent from 15 to 127; inf/NaN need the exponent field to end at 255 instead.
-  const auto normal = hn::Add(shifted, hn::Set(du, 0x38000000u));
-  const auto inf_nan = hn::Add(shifted, hn::Set(du, 0x70000000u));
-  // Subnormals are m * 2^-24; both the int->float conversion and the scaling are exact.
-  const auto sub = hn::BitCast(
-      du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, em)), hn::Set(df, 5.9604644775390625e-08f)));
-  const auto emi = hn::BitCast(di, em);
-  const auto is_sub = hn::RebindMask(du, hn::Gt(hn::Set(di, 0x0400), emi));
-  const auto is_inf_nan = hn::RebindMask(du, hn::Gt(emi, hn::Set(di, 0x7BFF)));
-  const auto is_nan = hn::RebindMask(du, hn::Gt(emi, hn::Set(di, 0x7C00)));
-  auto mag = hn::IfThenElse(is_sub, sub, hn::IfThenElse(is_inf_nan, inf_nan, normal));
-  mag = hn::IfThenElse(is_nan, hn::Or(mag, hn::Set(du, kQuietBit)), mag);
-  return hn::BitCast(df, hn::Or(mag, sign));
-}
-
-template <class DF_>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF_>> F32ToF16Bits(DF_ df, hn::Vec<DF_> v) {
-  const hn::RebindToUnsigned<DF_> du;
-  const hn::RebindToSigned<DF_> di;
-  const auto bits = hn::BitCast(du, v);
-  const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
-  const auto mag = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
-  const auto magi = hn::BitCast(di, mag);
-  // Keep the top payload bits and force the quiet bit, as vcvtps2ph does.
-  const auto nan =
-      hn::Or(hn::Set(du, 0x7E00u), hn::ShiftRight<13>(hn::And(mag, hn::Set(du, 0x7FFFFFu))));
-  // Normal range: rebias, then round to nearest even by adding 0xFFF plus the lowest kept bit. A
-  // carry out of the mantissa correctly bumps the exponent. Unsigned wrap for small inputs is
-  // harmless because those lanes are not selected.
-  const auto odd = hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 1u));
-  const auto normal = hn::ShiftRight<13>(
-      hn::Add(hn::Sub(mag, hn::Set(du, 0x38000000u)), hn::Add(hn::Set(du, 0xFFFu), odd)));
-  // Below 2^-14: adding 0.5 makes the FPU round |v| to a multiple of 2^-24 (the f16 subnormal step,
-  // which is also the f32 ulp of [0.5, 1)), leaving that multiple in the low mantissa bits.
-  const auto sub =
-      hn::Sub(hn::BitCast(du, hn::Add(hn::Abs(v), hn::Set(df, 0.5f))), hn::Set(du, 0x3F000000u));
-  // 0x477FF000 is 65520, the tie between 65504 (max f16) and 2^16, which rounds to even = inf.
-  const auto is_normal = hn::RebindMask(du, hn::Gt(magi, hn::Set(di, 0x387FFFFF)));
-  const auto is_inf = hn::RebindMask(du, hn::Gt(magi, hn::Set(di, 0x477FEFFF)));
-  const auto is_nan = hn::RebindMask(du, hn::Gt(magi, hn::Set(di, 0x7F800000)));
-  auto r = hn::IfThenElse(is_normal, normal, sub);
-  r = hn::IfThenElse(is_inf, hn::Set(du, 0x7C00u), r);
-  r = hn::IfThenElse(is_nan, nan, r);
-  return hn::Or(r, sign);
-}
-
-// Highway 1.0.3's DemoteTo(bf16) truncates, so round here.
-template <class DF_>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF_>> F32ToBF16Bits(DF_ /*df*/, hn::Vec<DF_> v) {
-  const hn::RebindToUnsigned<DF_> du;
-  const hn::RebindToSigned<DF_> di;
-  const auto bits = hn::BitCast(du, v);
-  const auto upper = hn::ShiftRight<16>(bits);
-  // Cannot wrap for non-NaN inputs: the largest is 0xFF800000 (-inf) + 0x8000.
-  const auto rounded = hn::ShiftRight<16>(
-      hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(upper, hn::Set(du, 1u)))));
-  // Rounding could carry a NaN payload into inf, so NaNs keep their top bits and get quietened.
-  const auto is_nan = hn::RebindMask(
-      du,
-      hn::Gt(hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7FFFFFFFu))), hn::Set(di, 0x7F800000)));
-  return hn::IfThenElse(is_nan, hn::Or(upper, hn::Set(du, 0x40u)), rounded);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -229,7 +157,7 @@ struct BF16Format {
     return NarrowBits(F32ToBF16Bits(df, v));
   }
   static HWY_INLINE hn::Vec<DF> Decode(DF df, hn::Vec<DH> p) {
-    return hn::BitCast(df, hn::ShiftLeft<16>(WidenBits(p)));
+    return BF16BitsToF32(df, WidenBits(p));
   }
   static HWY_INLINE void Store(DF /*df*/, hn::Vec<DH> p, uint8_t* out) { StoreBits(p, out); }
   static HWY_INLINE hn::Vec<DH> Load(DF /*df*/, const uint8_t* in) { return LoadBits(in); }
@@ -241,7 +169,7 @@ struct F16SoftFormat {
     return NarrowBits(F32ToF16Bits(df, v));
   }
   static HWY_INLINE hn::Vec<DF> Decode(DF df, hn::Vec<DH> p) {
-    return F16BitsToF32(df, WidenBits(p));
+    return F16BitsToF32</*kQuietNaN=*/true>(df, WidenBits(p));
   }
   static HWY_INLINE void Store(DF /*df*/, hn::Vec<DH> p, uint8_t* out) { StoreBits(p, out); }
   static HWY_INLINE hn::Vec<DH> Load(DF /*df*/, const uint8_t* in) { return LoadBits(in); }

@@ -21,6 +21,9 @@
 #include <utility>
 #include <vector>
 
+#include "float_reference.hpp"
+#include "simd_targets.hpp"
+
 namespace nodecomm::daemon {
 namespace {
 
@@ -36,37 +39,14 @@ constexpr RedOp kOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax};
 // ------------------------------------------------------------------------------------------------
 // SIMD targets
 
-void SetTarget(int64_t target) {
-  hwy::SetSupportedTargetsForTest(target);
-  // Make the next HWY_DYNAMIC_DISPATCH pick from the (possibly mocked) set again.
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-}
-
-// One representative target bit per distinct kernel the dispatcher can select on this CPU.
+// Once per target (simd_targets.hpp), named by reduction_target().
 const std::vector<std::pair<int64_t, std::string>>& Targets() {
-  static const auto* targets = [] {
-    auto* out = new std::vector<std::pair<int64_t, std::string>>;
-    std::set<std::string> seen;
-    for (int64_t bits = hwy::SupportedTargets(); bits != 0; bits &= bits - 1) {
-      const int64_t target = bits & -bits;
-      SetTarget(target);
-      std::string name = reduction_target();
-      if (seen.insert(name).second) out->emplace_back(target, std::move(name));
-    }
-    SetTarget(0);
-    return out;
-  }();
-  return *targets;
+  return test::Targets<&reduction_target>();
 }
 
 template <class F>
 void ForEachTarget(const F& f) {
-  for (const auto& [target, name] : Targets()) {
-    SetTarget(target);
-    SCOPED_TRACE("target " + name);
-    f();
-  }
-  SetTarget(0);
+  test::ForEachTarget<&reduction_target>(f);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -84,26 +64,7 @@ float F32FromBits(uint32_t b) {
   return f;
 }
 
-// `a` is |f| as bits, finite and nonzero. Returns the RNE encoding in a binary format with `mant`
-// fraction bits, minimum normal exponent `emin` and exponent bias `bias`, saturating to inf_bits.
-uint32_t RefRound(uint32_t a, int mant, int emin, int bias, uint32_t inf_bits) {
-  const uint32_t field = a >> 23;
-  const int e = field == 0 ? -126 : static_cast<int>(field) - 127;
-  const uint64_t m = (a & 0x7FFFFF) | (field == 0 ? 0 : 0x800000);
-  // |f| = m * 2^(e-23); the target's quantum at this magnitude is 2^(max(e, emin) - mant).
-  const int shift = (std::max(e, emin) - mant) - (e - 23);
-  uint64_t q = 0;
-  if (shift < 40) {
-    q = m >> shift;
-    const uint64_t rem = m & ((uint64_t{1} << shift) - 1);
-    const uint64_t half = uint64_t{1} << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;
-  }
-  // A carry into the next binade falls out of the plain addition of the encodings.
-  const uint64_t enc =
-      e < emin ? q : (static_cast<uint64_t>(e + bias) << mant) + q - (uint64_t{1} << mant);
-  return static_cast<uint32_t>(std::min<uint64_t>(enc, inf_bits));
-}
+using test::RefRound;  // float_reference.hpp
 
 uint16_t RefF32ToF16(float f) {
   const uint32_t b = F32Bits(f);

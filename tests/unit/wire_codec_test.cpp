@@ -20,6 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "float_reference.hpp"
+#include "simd_targets.hpp"
+
 namespace nodecomm::daemon {
 namespace {
 
@@ -40,36 +43,14 @@ std::string Name(Compression c) {
 // ------------------------------------------------------------------------------------------------
 // SIMD targets
 
-void SetTarget(int64_t target) {
-  hwy::SetSupportedTargetsForTest(target);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-}
-
-// One representative target bit per distinct kernel the dispatcher can select on this CPU.
+// Once per target (simd_targets.hpp), named by wire_codec_target().
 const std::vector<std::pair<int64_t, std::string>>& Targets() {
-  static const auto* targets = [] {
-    auto* out = new std::vector<std::pair<int64_t, std::string>>;
-    std::set<std::string> seen;
-    for (int64_t bits = hwy::SupportedTargets(); bits != 0; bits &= bits - 1) {
-      const int64_t target = bits & -bits;
-      SetTarget(target);
-      std::string name = wire_codec_target();
-      if (seen.insert(name).second) out->emplace_back(target, std::move(name));
-    }
-    SetTarget(0);
-    return out;
-  }();
-  return *targets;
+  return test::Targets<&wire_codec_target>();
 }
 
 template <class F>
 void ForEachTarget(const F& f) {
-  for (const auto& [target, name] : Targets()) {
-    SetTarget(target);
-    SCOPED_TRACE("target " + name);
-    f();
-  }
-  SetTarget(0);
+  test::ForEachTarget<&wire_codec_target>(f);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -85,26 +66,7 @@ float Quiet(float f) {
   return FromBits(Bits(f) | 0x00400000u);
 }
 
-// `a` is |f| as bits, finite and nonzero. Returns the RNE encoding in a binary format with `mant`
-// fraction bits, minimum normal exponent `emin` and exponent bias `bias`, saturating to inf_bits.
-uint32_t RefRound(uint32_t a, int mant, int emin, int bias, uint32_t inf_bits) {
-  const uint32_t field = a >> 23;
-  const int e = field == 0 ? -126 : static_cast<int>(field) - 127;
-  const uint64_t m = (a & 0x7FFFFF) | (field == 0 ? 0 : 0x800000);
-  const int shift = (std::max(e, emin) - mant) - (e - 23);
-  uint64_t q = 0;
-  if (shift <= 0) {
-    q = m << -shift;
-  } else if (shift < 40) {
-    q = m >> shift;
-    const uint64_t rem = m & ((uint64_t{1} << shift) - 1);
-    const uint64_t half = uint64_t{1} << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;
-  }
-  const uint64_t enc =
-      e < emin ? q : (static_cast<uint64_t>(e + bias) << mant) + q - (uint64_t{1} << mant);
-  return static_cast<uint32_t>(std::min<uint64_t>(enc, inf_bits));
-}
+using test::RefRound;  // float_reference.hpp
 
 uint16_t RefToBF16(float f) {
   const uint32_t b = Bits(f);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 
@@ -159,27 +160,6 @@ namespace {
 
 constexpr size_t kMismatchLines = 10;  // per rank, over the whole run
 
-// Owns the buffers of a run; frees them before the backend is finalized.
-class Buffers {
- public:
-  explicit Buffers(Backend& backend) : backend_(backend) {}
-  Buffers(const Buffers&) = delete;
-  Buffers& operator=(const Buffers&) = delete;
-  ~Buffers() {
-    for (void* p : owned_) backend_.free(p);
-  }
-  void* alloc(size_t bytes) {
-    owned_.reserve(owned_.size() + 1);  // so that push_back cannot throw and leak `p`
-    void* p = backend_.alloc(bytes);
-    owned_.push_back(p);
-    return p;
-  }
-
- private:
-  Backend& backend_;
-  std::vector<void*> owned_;
-};
-
 // Sums `count` doubles over all ranks in place, through the backend's own allreduce (so that
 // nodecomm's figures are averaged by nodecomm), via a scratch buffer from the backend.
 void sum_over_ranks(Backend& backend, double* scratch, double* values, size_t count) {
@@ -298,56 +278,40 @@ class Runner {
   // Allocations and the JSON file can fail on one rank alone; the ranks agree on the outcome
   // so that all of them stop cleanly instead of some waiting in a collective forever.
   bool setup() {
-    double failed = 0;
     try {
-      if (has_buffers(config_.collective)) {
-        const size_t element = dtype_bytes(config_.dtype);
-        size_t send_bytes = 0;
-        size_t recv_bytes = 0;
-        size_t inplace_bytes = 0;
-        for (const Shape& s : shapes()) {
-          // At least one element: a vector collective's buffer can be empty on one rank, and
-          // a zero-byte allocation is not worth asking a backend about.
-          send_bytes = std::max({send_bytes, s.send_elems * element, element});
-          recv_bytes = std::max({recv_bytes, s.recv_elems * element, element});
-          inplace_bytes = std::max(inplace_bytes, s.inplace_elems * element);
+      return setup_on_all_ranks(backend_, scratch_, rank_, config_.json_path, json_, [&] {
+        if (has_buffers(config_.collective)) {
+          const size_t element = dtype_bytes(config_.dtype);
+          size_t send_bytes = 0;
+          size_t recv_bytes = 0;
+          size_t inplace_bytes = 0;
+          for (const Shape& s : shapes()) {
+            // At least one element: a vector collective's buffer can be empty on one rank, and
+            // a zero-byte allocation is not worth asking a backend about.
+            send_bytes = std::max({send_bytes, s.send_elems * element, element});
+            recv_bytes = std::max({recv_bytes, s.recv_elems * element, element});
+            inplace_bytes = std::max(inplace_bytes, s.inplace_elems * element);
+          }
+          if (inplace()) {
+            send_ = recv_ = buffers_.alloc(inplace_bytes);
+          } else {
+            send_ = buffers_.alloc(send_bytes);
+            recv_ = buffers_.alloc(recv_bytes);
+          }
+          if (config_.batch > 1) {
+            const size_t max_bytes = *std::max_element(config_.sizes.begin(), config_.sizes.end());
+            batch_.allocate(send_, inplace() ? inplace_bytes : send_bytes, recv_,
+                            inplace() ? inplace_bytes : recv_bytes,
+                            batch_slots(config_.batch, max_bytes));
+          }
         }
-        if (inplace()) {
-          send_ = recv_ = buffers_.alloc(inplace_bytes);
-        } else {
-          send_ = buffers_.alloc(send_bytes);
-          recv_ = buffers_.alloc(recv_bytes);
+        if (config_.batch > 1 && !has_buffers(config_.collective)) {
+          batch_.allocate(nullptr, 0, nullptr, 0, 1);  // barrier: nothing to allocate
         }
-        if (config_.batch > 1) {
-          const size_t max_bytes = *std::max_element(config_.sizes.begin(), config_.sizes.end());
-          batch_.allocate(send_, inplace() ? inplace_bytes : send_bytes, recv_,
-                          inplace() ? inplace_bytes : recv_bytes,
-                          batch_slots(config_.batch, max_bytes));
-        }
-      }
-      if (config_.batch > 1 && !has_buffers(config_.collective)) {
-        batch_.allocate(nullptr, 0, nullptr, 0, 1);  // barrier: nothing to allocate
-      }
-      if (rank_ == 0 && !config_.json_path.empty()) {
-        json_.open(config_.json_path, std::ios::out | std::ios::trunc);
-        if (!json_) {
-          throw std::runtime_error(fmt::format("cannot open --json file {}: {}", config_.json_path,
-                                               std::strerror(errno)));
-        }
-      }
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "nodecomm-bench: rank {}: setup failed: {}\n", rank_, e.what());
-      failed = 1;
-    }
-    try {
-      sum_over_ranks(backend_, scratch_, &failed, 1);
+      });
     } catch (const BackendError& e) {
       throw BackendError(fmt::format("agreeing on setup: {}", e.what()));
     }
-    if (failed > 0 && rank_ == 0) {
-      fmt::print(stderr, "nodecomm-bench: error: setup failed on {} rank(s)\n", failed);
-    }
-    return failed == 0;
   }
 
   RunInfo run_info() const {
@@ -561,6 +525,37 @@ class Runner {
 };
 
 }  // namespace
+
+bool setup_on_all_ranks(Backend& backend, double* scratch, int rank, const std::string& json_path,
+                        std::ofstream& json, const std::function<void()>& setup) {
+  double failed = 0;
+  try {
+    setup();
+    if (rank == 0 && !json_path.empty()) {
+      json.open(json_path, std::ios::out | std::ios::trunc);
+      if (!json) {
+        throw std::runtime_error(
+            fmt::format("cannot open --json file {}: {}", json_path, std::strerror(errno)));
+      }
+    }
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nodecomm-bench: rank {}: setup failed: {}\n", rank, e.what());
+    failed = 1;
+  }
+  sum_over_ranks(backend, scratch, &failed, 1);
+  if (failed > 0 && rank == 0) {
+    fmt::print(stderr, "nodecomm-bench: error: setup failed on {} rank(s)\n", failed);
+  }
+  return failed == 0;
+}
+
+bool write_json_line(std::ofstream& json, const std::string& line, const std::string& path) {
+  json << line << '\n';
+  json.flush();
+  const bool ok = json.good();
+  if (!ok) fmt::print(stderr, "nodecomm-bench: error: writing --json {} failed\n", path);
+  return ok;
+}
 
 int run(Backend& backend, const Config& config) {
   if (config.sizes.empty() && has_buffers(config.collective))

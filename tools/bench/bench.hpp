@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,6 +80,43 @@ uint64_t arena_bytes_for(size_t max_bytes);
 int iterations(int requested, bool explicit_count, size_t bytes, uint64_t budget_bytes);
 inline constexpr uint64_t kTimedBudget = 2ull << 30;
 inline constexpr uint64_t kWarmupBudget = 512ull << 20;
+
+// Owns the buffers of a run (the sweep's, the workload's or the probe's); frees them before the
+// backend is finalized.
+class Buffers {
+ public:
+  explicit Buffers(Backend& backend) : backend_(backend) {}
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    for (void* p : owned_) backend_.free(p);
+  }
+  void* alloc(size_t bytes) {
+    owned_.reserve(owned_.size() + 1);  // so that push_back cannot throw and leak `p`
+    void* p = backend_.alloc(bytes);
+    owned_.push_back(p);
+    return p;
+  }
+
+ private:
+  Backend& backend_;
+  std::vector<void*> owned_;
+};
+
+// A rank's setup, shared by the sweep, the workload and the probe: runs `setup`, then opens
+// `json` on `json_path` (truncated) on world rank 0 when the path is not empty. Allocations and
+// the JSON file can fail on one rank alone, so an exception from either is reported on this
+// rank's stderr and counted, and the ranks agree on the count through the backend's own
+// allreduce (via `scratch`, a backend buffer of at least one double) so that all of them stop
+// cleanly instead of some waiting in a collective forever; world rank 0 reports how many failed.
+// Returns whether none did. `rank` is this rank's world rank. Throws BackendError when that
+// allreduce fails.
+bool setup_on_all_ranks(Backend& backend, double* scratch, int rank, const std::string& json_path,
+                        std::ofstream& json, const std::function<void()>& setup);
+
+// Writes `line` and a newline to `json` (the --json file `path`, for the message) and flushes;
+// reports a failure on stderr. Returns whether the stream is still good.
+bool write_json_line(std::ofstream& json, const std::string& line, const std::string& path);
 
 // Runs the benchmark and returns the exit code: 0, 1 when results were wrong or setup failed
 // on some rank, 2 for a root outside the smallest group (the world) or more groups than ranks,

@@ -30,10 +30,7 @@ double us_since(Clock::time_point start, Clock::time_point end) {
 class Probe {
  public:
   Probe(Backend& backend, const ProbeConfig& config)
-      : backend_(backend), config_(config), rank_(backend.world_rank()) {}
-  ~Probe() {
-    for (void* p : owned_) backend_.free(p);
-  }
+      : backend_(backend), config_(config), rank_(backend.world_rank()), buffers_(backend) {}
 
   int run() {
     scratch_ = static_cast<double*>(alloc(4 * sizeof(double)));
@@ -85,12 +82,7 @@ class Probe {
   }
 
  private:
-  void* alloc(size_t bytes) {
-    owned_.reserve(owned_.size() + 1);
-    void* p = backend_.alloc(bytes);
-    owned_.push_back(p);
-    return p;
-  }
+  void* alloc(size_t bytes) { return buffers_.alloc(bytes); }
 
   Pending post(const Call& call) {
     // Nothing else of this rank is in flight but the big one, so a refusal is final.
@@ -116,27 +108,10 @@ class Probe {
   }
 
   bool setup() {
-    double failed = 0;
-    try {
+    return setup_on_all_ranks(backend_, scratch_, rank_, config_.json_path, json_, [&] {
       make(big_, big_attr_, config_.big_bytes, 0, "probe.big");
       make(small_, small_attr_, config_.small_bytes, 1, "probe.small");
-      if (rank_ == 0 && !config_.json_path.empty()) {
-        json_.open(config_.json_path, std::ios::out | std::ios::trunc);
-        if (!json_) {
-          throw std::runtime_error(fmt::format("cannot open --json file {}: {}", config_.json_path,
-                                               std::strerror(errno)));
-        }
-      }
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "nodecomm-bench: rank {}: setup failed: {}\n", rank_, e.what());
-      failed = 1;
-    }
-    scratch_[0] = failed;
-    backend_.allreduce(scratch_, scratch_, 1, NC_F64, NC_SUM);
-    if (scratch_[0] > 0 && rank_ == 0) {
-      fmt::print(stderr, "nodecomm-bench: error: setup failed on {} rank(s)\n", scratch_[0]);
-    }
-    return scratch_[0] == 0;
+    });
   }
 
   void report() {
@@ -179,18 +154,13 @@ class Probe {
         {"probe_loaded_us", scratch_[1]},
         {"probe_big_us", scratch_[2]},
     };
-    json_ << j.dump() << '\n';
-    json_.flush();
-    json_ok_ = json_.good();
-    if (!json_ok_) {
-      fmt::print(stderr, "nodecomm-bench: error: writing --json {} failed\n", config_.json_path);
-    }
+    json_ok_ = write_json_line(json_, j.dump(), config_.json_path);
   }
 
   Backend& backend_;
   const ProbeConfig& config_;
   const int rank_;
-  std::vector<void*> owned_;
+  Buffers buffers_;  // freed before the backend is finalized
   double* scratch_ = nullptr;
   Call big_, small_;
   OpAttr big_attr_, small_attr_;

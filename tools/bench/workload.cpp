@@ -108,11 +108,11 @@ void fill_gradient(float* data, size_t count, int rank, size_t layer) {
 class Workload {
  public:
   Workload(Backend& backend, const WorkloadConfig& config)
-      : backend_(backend), config_(config), rank_(backend.world_rank()), compute_(config.spin) {}
-
-  ~Workload() {
-    for (void* p : owned_) backend_.free(p);
-  }
+      : backend_(backend),
+        config_(config),
+        rank_(backend.world_rank()),
+        compute_(config.spin),
+        buffers_(backend) {}
 
   int run() {
     const std::vector<Layer>& layers = config_.layers;
@@ -181,17 +181,11 @@ class Workload {
   }
 
  private:
-  void* alloc(size_t bytes) {
-    owned_.reserve(owned_.size() + 1);
-    void* p = backend_.alloc(bytes);
-    owned_.push_back(p);
-    return p;
-  }
+  void* alloc(size_t bytes) { return buffers_.alloc(bytes); }
 
   // Buffers and the JSON file can fail on one rank alone; the ranks agree on the outcome.
   bool setup() {
-    double failed = 0;
-    try {
+    return setup_on_all_ranks(backend_, scratch_, rank_, config_.json_path, json_, [&] {
       const std::vector<Layer>& layers = config_.layers;
       calls_.resize(layers.size());
       attrs_.resize(layers.size());
@@ -213,23 +207,7 @@ class Workload {
         c.op = NC_SUM;
         c.attr = &attrs_[i];
       }
-      if (rank_ == 0 && !config_.json_path.empty()) {
-        json_.open(config_.json_path, std::ios::out | std::ios::trunc);
-        if (!json_) {
-          throw std::runtime_error(fmt::format("cannot open --json file {}: {}", config_.json_path,
-                                               std::strerror(errno)));
-        }
-      }
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "nodecomm-bench: rank {}: setup failed: {}\n", rank_, e.what());
-      failed = 1;
-    }
-    scratch_[0] = failed;
-    backend_.allreduce(scratch_, scratch_, 1, NC_F64, NC_SUM);
-    if (scratch_[0] > 0 && rank_ == 0) {
-      fmt::print(stderr, "nodecomm-bench: error: setup failed on {} rank(s)\n", scratch_[0]);
-    }
-    return scratch_[0] == 0;
+    });
   }
 
   // One step; returns its time (us). With communication, *first_us is the time from posting
@@ -350,12 +328,7 @@ class Workload {
         {"t_step_one_node", t_one},
         {"scaling_efficiency", opt(scaling)},
     };
-    json_ << j.dump() << '\n';
-    json_.flush();
-    json_ok_ = json_.good();
-    if (!json_ok_) {
-      fmt::print(stderr, "nodecomm-bench: error: writing --json {} failed\n", config_.json_path);
-    }
+    json_ok_ = write_json_line(json_, j.dump(), config_.json_path);
   }
 
   Backend& backend_;
@@ -363,7 +336,7 @@ class Workload {
   const int rank_;
   int nodes_ = 1;
   Compute compute_;
-  std::vector<void*> owned_;
+  Buffers buffers_;  // freed before the backend is finalized
   double* scratch_ = nullptr;
   std::vector<Call> calls_;
   std::vector<OpAttr> attrs_;
