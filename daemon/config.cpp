@@ -165,6 +165,16 @@ void define_settings(CLI::App& app, Vars& v) {
                  "While the network is busy: longest sleep between polls (microseconds)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
+  app.add_option("--stall-sec", c.limits.stall_sec,
+                 "Log a stall report for an operation still incomplete after this many seconds, "
+                 "naming the ranks and nodes it waits for (0: never)")
+      ->check(CLI::Range(0u, 86400u))
+      ->capture_default_str();
+  app.add_option("--op-timeout-sec", c.limits.op_timeout_sec,
+                 "Fail an operation that has not reached the network after this many seconds "
+                 "(0: never)")
+      ->check(CLI::Range(0u, 864000u))
+      ->capture_default_str();
   app.add_option("--priority-policy", v.priority_policy,
                  "Order of ready operations on the network: none (submission order), direct "
                  "(the caller's priority, higher first) or lifo (latest submission first)")

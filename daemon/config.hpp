@@ -7,6 +7,7 @@
 #include <string>
 
 #include "allreduce_algorithms.hpp"
+#include "engine.hpp"
 #include "log.hpp"
 #include "schedule.hpp"
 
@@ -33,6 +34,8 @@ struct DaemonConfig {
   uint32_t net_park_max_us = 200;
   // Priorities, fusion and chunking of multi-node operations (schedule.hpp).
   SchedulerTuning sched;
+  // Stall reports and operation timeouts (engine.hpp).
+  EngineLimits limits;
   // auto (journal when stderr is the journal's stream, JOURNAL_STREAM), plain or journal
   // (sd-daemon priority prefixes such as <3>).
   std::string log_format = "auto";

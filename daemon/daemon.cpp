@@ -40,6 +40,7 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
       engine_(transport_, staging_),
       network_idle_(network_idle_config(config_)) {
   engine_.set_scheduler_tuning(config_.sched);
+  engine_.set_limits(config_.limits);
 }
 
 Daemon::~Daemon() {

@@ -1,6 +1,7 @@
 #include "engine.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -33,6 +34,11 @@ std::string who(const Job& job, const ClientSession& member) {
 size_t Engine::poll(Job& job) {
   transport_.begin_pass();
   size_t work = 0;
+  const uint64_t now_ns = ipc::monotonic_ns();
+  if (now_ns - last_stall_check_ns_ >= 1'000'000'000ull) {
+    last_stall_check_ns_ = now_ns;
+    check_stalls(job, now_ns);
+  }
   for (ClientSession* member : job.members) {
     if (member != nullptr && member->state() == ClientSession::State::kJoined) {
       work += drain(job, *member);
@@ -343,6 +349,64 @@ void Engine::fail_all(Job& job, const std::string& reason,
         complete(job, *comm, op, Status::kPeerLost,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
                              reason));
+      }
+    }
+  }
+}
+
+std::string Engine::stall_report(const Job& job, Communicator& comm, const Operation& op,
+                                 uint64_t now) const {
+  const CommLayout& lay = comm.layout();
+  std::vector<uint32_t> have;
+  std::vector<uint32_t> missing;
+  for (size_t k = 0; k < op.slots.size(); ++k) {
+    (op.slots[k] ? have : missing).push_back(lay.member_ranks[k]);
+  }
+  std::string text = fmt::format(
+      "job {} comm {} seq {} ({}) has waited {:.0f} s: ", job.name, comm.id(), op.seq,
+      describe_submission(op.first()), static_cast<double>(now - op.first_arrival_ns) / 1e9);
+  if (!missing.empty()) {
+    return text + fmt::format("submitted by ranks {}, not yet by ranks {} on this node",
+                              fmt::join(have, ","), fmt::join(missing, ","));
+  }
+  if (op.phase == Operation::Phase::kInterNode) {
+    return text + "every rank here submitted it; its transfer between nodes has not finished";
+  }
+  // Ready here: which nodes had not offered it at the last scheduling round.
+  std::vector<uint32_t> behind;
+  const auto& ready = comm.schedule.ready_by_node;
+  for (size_t n = 0; n < ready.size(); ++n) {
+    if (ready[n].count(op.seq) == 0) behind.push_back(static_cast<uint32_t>(n));
+  }
+  if (!behind.empty()) {
+    return text + fmt::format(
+                      "every rank here submitted it; node(s) {} of the communicator had not at "
+                      "the last scheduling round",
+                      fmt::join(behind, ","));
+  }
+  return text + "every rank here submitted it; waiting for the other nodes";
+}
+
+void Engine::check_stalls(Job& job, uint64_t now) {
+  const uint64_t stall_ns = uint64_t{limits_.stall_sec} * 1'000'000'000ull;
+  const uint64_t timeout_ns = uint64_t{limits_.op_timeout_sec} * 1'000'000'000ull;
+  for (auto& [id, comm] : job.comms) {
+    for (auto& [seq, op] : comm->ops()) {
+      if (op.phase == Operation::Phase::kDone || op.slots.empty()) continue;
+      const uint64_t age = now - op.first_arrival_ns;
+      if (limits_.op_timeout_sec > 0 && age >= timeout_ns &&
+          op.phase != Operation::Phase::kInterNode) {
+        const std::string text =
+            fmt::format("operation timeout ({} s, --op-timeout-sec): {}", limits_.op_timeout_sec,
+                        stall_report(job, *comm, op, now));
+        complete(job, *comm, op, Status::kTimeout, text);
+        comm->poison(Status::kTimeout, text);
+        notices_.push_back(text);
+        continue;
+      }
+      if (limits_.stall_sec > 0 && age >= stall_ns && !op.stall_reported) {
+        op.stall_reported = true;
+        NC_LOG(kWarn, "stall: {}", stall_report(job, *comm, op, now));
       }
     }
   }

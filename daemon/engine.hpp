@@ -19,6 +19,10 @@ class ClientSession;
 
 struct EngineLimits {
   uint64_t max_count = uint64_t{1} << 34;
+  // An operation some rank has submitted and others have not, or that is still waiting on
+  // other nodes: reported in the log after stall_sec, failed after op_timeout_sec (0: never).
+  uint32_t stall_sec = 60;
+  uint32_t op_timeout_sec = 600;
 };
 
 class Engine {
@@ -29,6 +33,7 @@ class Engine {
   // Priorities, fusion and chunking for operations that span nodes (schedule.hpp); a job's
   // own overrides (NODECOMM_PRIORITY_POLICY, ...) apply on top.
   void set_scheduler_tuning(const SchedulerTuning& tuning) { sched_ = tuning; }
+  void set_limits(const EngineLimits& limits) { limits_ = limits; }
   const SchedulerTuning& scheduler_tuning() const { return sched_; }
 
   // One pass over a running job: new submissions, then progress. Returns work done.
@@ -58,6 +63,10 @@ class Engine {
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
+  // Stall reports and operation timeouts, at most once a second.
+  void check_stalls(Job& job, uint64_t now);
+  std::string stall_report(const Job& job, Communicator& comm, const Operation& op,
+                           uint64_t now) const;
   // Poisons every communicator `affected` picks and fails what has not reached the network.
   void fail_all(Job& job, const std::string& reason,
                 const std::function<bool(const Communicator&, uint32_t)>& affected);
@@ -74,6 +83,7 @@ class Engine {
   SchedulerTuning sched_;
   size_t inter_node_ops_ = 0;
   std::vector<std::string> notices_;
+  uint64_t last_stall_check_ns_ = 0;
 };
 
 }  // namespace nodecomm::daemon

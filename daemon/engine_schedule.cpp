@@ -206,6 +206,14 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       return;
     }
   }
+  sched.ready_by_node.assign(records.size(), {});
+  for (size_t n = 0; n < records.size(); ++n) {
+    for (size_t i = 0; i < kWindow; ++i) {
+      if (((records[n].ready[i / 64] >> (i % 64)) & 1u) != 0) {
+        sched.ready_by_node[n].insert(sched.floor + i);
+      }
+    }
+  }
   const RoundRecord& lead = records[0];
   const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
   const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);

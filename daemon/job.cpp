@@ -19,6 +19,7 @@ Operation& Communicator::add(uint32_t local_rank, const Submission& submission) 
   if (op.slots.empty()) {
     op.seq = submission.desc.seq;
     op.slots.resize(local_size_);
+    op.first_arrival_ns = submission.submitted_ns;
   }
   op.slots[local_rank] = submission;
   ++op.arrived;

@@ -34,7 +34,9 @@ struct Operation {
   Phase phase = Phase::kGathering;
   proto::Status status = proto::Status::kOk;
   std::string error;
+  uint64_t first_arrival_ns = 0;
   uint64_t last_arrival_ns = 0;
+  bool stall_reported = false;
   TransportHandle handle = 0;
   StagingPool::Buffer staging;
   StagingPool::Buffer staging2;  // a second buffer for collectives that repack (alltoall)

@@ -83,6 +83,8 @@ struct CommSchedule {
   uint64_t last_round_ns = 0;
   uint64_t rounds = 0;
   uint64_t checked = 0;  // digest of the last plan's inputs (RoundRecord::checked)
+  // Sequence numbers each node had ready at the last round, for stall reports.
+  std::vector<std::set<uint64_t>> ready_by_node;
   // Rate at which scheduled bytes complete while units are in flight (bytes per second).
   double rate = 0;
   uint64_t interval_start_ns = 0;

@@ -3,6 +3,8 @@
 //
 //   error_paths mismatch     ranks post different counts for the same sequence number
 //   error_paths peer-exit    the last rank exits without finalizing while the others wait
+//   error_paths stall        the last rank posts 4 s late; with --stall-sec 1 --op-timeout-sec 2
+//                            the others' allreduce fails with a timeout naming it
 //   error_paths remote-kill  the last rank SIGKILLs itself; every other rank, on every node,
 //                            gets NC_ERR_PEER_LOST naming it within 5 seconds
 //   error_paths local-checks bad arguments are refused by the library before reaching the daemon
@@ -111,6 +113,26 @@ int remote_kill(nc_context_t* ctx) {
   return bad;
 }
 
+int stall(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int size = nc_world_size(ctx);
+  double* buf = nullptr;
+  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  if (rank == size - 1) sleep(4);
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+    return expect(false, rank, "a posted allreduce", nc_last_error());
+  }
+  const nc_status_t s = nc_wait(ctx, req);
+  if (rank == size - 1) return 0;  // late: its operation fails one way or another
+  int bad = expect(s == NC_ERR_TIMEOUT, rank, "NC_ERR_TIMEOUT", nc_last_error());
+  const std::string late = "not yet by ranks " + std::to_string(size - 1);
+  bad += expect(contains(nc_last_error(), "operation timeout") &&
+                    (contains(nc_last_error(), late.c_str()) || nc_node_count(ctx) > 1),
+                rank, "the timeout to name the late rank", nc_last_error());
+  return bad;
+}
+
 int local_checks(nc_context_t* ctx) {
   const int rank = nc_world_rank(ctx);
   int bad = 0;
@@ -192,7 +214,7 @@ int requests(nc_context_t* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|local-checks|requests\n");
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|stall|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
@@ -211,6 +233,8 @@ int main(int argc, char** argv) {
     bad = peer_exit(ctx);
   } else if (std::strcmp(argv[1], "remote-kill") == 0) {
     bad = remote_kill(ctx);
+  } else if (std::strcmp(argv[1], "stall") == 0) {
+    bad = stall(ctx);
   } else if (std::strcmp(argv[1], "requests") == 0) {
     bad = requests(ctx);
   } else if (std::strcmp(argv[1], "local-checks") == 0) {
