@@ -110,6 +110,10 @@ void split_finish(CollectiveContext& ctx, Operation& op, TransportHandle groups)
     ranks_by_node.reserve(ranks_of_node.size());
     for (const auto& [node, ranks] : ranks_of_node) ranks_by_node.push_back(ranks);
     child.set_ranks_by_node(ranks_by_node);
+    for (const auto& entry : entries) {
+      const uint32_t p = entry.record.parent_rank;
+      child.world_rank_of.push_back(p < parent.world_rank_of.size() ? parent.world_rank_of[p] : p);
+    }
     for (uint32_t rank : mine->second) {
       const int k = parent.member_of_rank(entries[rank].record.parent_rank);
       child.members.push_back(parent.members[static_cast<size_t>(k)]);

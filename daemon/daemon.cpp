@@ -179,17 +179,18 @@ size_t Daemon::do_work() {
 
 size_t Daemon::exchange_notices(Job& job) {
   size_t work = 0;
-  for (const std::string& text : engine_.take_notices()) {
-    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, text);
+  for (const auto& [rank, text] : engine_.take_notices()) {
+    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, rank, text);
     ++work;
   }
   uint64_t tag = 0;
+  uint32_t rank = 0;
   std::string text;
-  while (transport_.poll_notice(tag, text)) {
+  while (transport_.poll_notice(tag, rank, text)) {
     ++work;
     if (tag != job.mine.job_hash) continue;  // a previous job's
     NC_LOG(kWarn, "job {}: {}", job.name, text);
-    engine_.remote_failure(job, text);
+    engine_.remote_failure(job, rank, text);
   }
   return work;
 }
@@ -477,6 +478,7 @@ size_t Daemon::progress_formation(Job& job) {
     for (uint32_t k = 0; k < r.local_size; ++k) ranks_by_node.back().push_back(next_rank++);
   }
   world.set_ranks_by_node(ranks_by_node);
+  for (uint32_t r = 0; r < total; ++r) world.world_rank_of.push_back(r);
   for (uint32_t k = 0; k < job.local_size; ++k) {
     world.members.push_back(k);
     world.member_ranks.push_back(offset + k);

@@ -129,7 +129,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                                          describe_submission(desc), desc.seq, verdict.message);
     fail_one(member, desc, verdict.status, text);
     comm.poison(Status::kPeerLost, "invalid operation from " + text);
-    notices_.push_back("invalid operation from " + text);
+    notices_.emplace_back(member.world_rank, "invalid operation from " + text);
     return;
   }
   if (comm.poisoned()) {
@@ -157,7 +157,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
     const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
     complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);
-    notices_.push_back(text);
+    notices_.emplace_back(job.world_rank_of(comm.layout().members[0]), text);
     return;
   }
   op.phase = Operation::Phase::kReady;
@@ -329,14 +329,17 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
 void Engine::member_lost(Job& job, ClientSession& lost, const std::string& why) {
   const std::string reason = fmt::format("{} was lost: {}", who(job, lost), why);
   // A rank that finalized has finished every operation it posted: nothing to tell the others.
-  if (why != "called finalize") notices_.push_back(reason);
+  if (why != "called finalize") notices_.emplace_back(lost.world_rank, reason);
   fail_all(job, reason, [&](const Communicator& comm, uint32_t id) {
     return comm.layout().member_of_local(lost.local_rank) >= 0 || id == 0;
   });
 }
 
-void Engine::remote_failure(Job& job, const std::string& text) {
-  fail_all(job, text, [](const Communicator&, uint32_t) { return true; });
+void Engine::remote_failure(Job& job, uint32_t rank, const std::string& text) {
+  fail_all(job, text, [rank](const Communicator& comm, uint32_t id) {
+    const auto& ranks = comm.layout().world_rank_of;
+    return id == 0 || std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+  });
 }
 
 void Engine::fail_all(Job& job, const std::string& reason,
@@ -401,7 +404,7 @@ void Engine::check_stalls(Job& job, uint64_t now) {
                         stall_report(job, *comm, op, now));
         complete(job, *comm, op, Status::kTimeout, text);
         comm->poison(Status::kTimeout, text);
-        notices_.push_back(text);
+        notices_.emplace_back(job.world_rank_of(comm->layout().members[0]), text);
         continue;
       }
       if (limits_.stall_sec > 0 && age >= stall_ns && !op.stall_reported) {

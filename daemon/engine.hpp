@@ -42,11 +42,15 @@ class Engine {
   // does everything they submit later. Inter-node operations already started run to the end,
   // because the other daemons are in them too.
   void member_lost(Job& job, ClientSession& lost, const std::string& why);
-  // Another node's daemon reported a failure of this job (Transport::poll_notice): every
-  // communicator fails as after a local loss, naming what the other node said.
-  void remote_failure(Job& job, const std::string& text);
-  // Failures found here since the last call, for the other daemons (Transport::send_notice).
-  std::vector<std::string> take_notices() { return std::exchange(notices_, {}); }
+  // Another node's daemon reported a failure of this job (Transport::poll_notice): the world
+  // and every communicator with world rank `rank` fail as after a local loss, naming what
+  // the other node said.
+  void remote_failure(Job& job, uint32_t rank, const std::string& text);
+  // Failures found here since the last call, for the other daemons (Transport::send_notice):
+  // the world rank whose communicators fail, and why.
+  std::vector<std::pair<uint32_t, std::string>> take_notices() {
+    return std::exchange(notices_, {});
+  }
   // A client broke the ring protocol; it is told why and the caller drops it.
   bool has_inter_node_work() const { return inter_node_ops_ > 0; }
 
@@ -82,7 +86,7 @@ class Engine {
   EngineLimits limits_;
   SchedulerTuning sched_;
   size_t inter_node_ops_ = 0;
-  std::vector<std::string> notices_;
+  std::vector<std::pair<uint32_t, std::string>> notices_;
   uint64_t last_stall_check_ns_ = 0;
 };
 

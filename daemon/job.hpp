@@ -74,6 +74,7 @@ struct CommLayout {
   std::vector<uint32_t> rank_at;       // node-major position -> comm rank
   std::vector<uint32_t> members;       // job local ranks of this node's members, by comm rank
   std::vector<uint32_t> member_ranks;  // their comm ranks
+  std::vector<uint32_t> world_rank_of;  // comm rank -> world rank (failure notices name these)
   bool identity = true;                // position[r] == r for all r
 
   uint32_t first_position() const { return node_offsets[node_index]; }

@@ -87,10 +87,13 @@ class Transport {
   virtual void begin_pass() {}
   // Out-of-band failure notices between daemons, outside every operation's ordering: a
   // daemon whose job lost a rank tells every other daemon at once, so their ranks get an
-  // error naming it instead of waiting for their timeout. `tag` identifies the job.
-  virtual void send_notice(uint64_t /*tag*/, const std::string& /*text*/) {}
+  // error naming it instead of waiting for their timeout. `tag` identifies the job, `rank` the
+  // world rank whose communicators fail.
+  virtual void send_notice(uint64_t /*tag*/, uint32_t /*rank*/, const std::string& /*text*/) {}
   // A notice received since the last call, if any.
-  virtual bool poll_notice(uint64_t& /*tag*/, std::string& /*text*/) { return false; }
+  virtual bool poll_notice(uint64_t& /*tag*/, uint32_t& /*rank*/, std::string& /*text*/) {
+    return false;
+  }
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
   // This daemon's index within `comm` (node order) and the number of daemons in it.

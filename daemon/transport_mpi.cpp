@@ -245,10 +245,11 @@ class MpiTransport final : public Transport {
     post_notice_receive();
   }
 
-  void send_notice(uint64_t tag, const std::string& text) override {
+  void send_notice(uint64_t tag, uint32_t rank, const std::string& text) override {
     Notice n{};
     n.tag = tag;
     n.from = rank_;
+    n.rank = rank;
     std::snprintf(n.text, sizeof(n.text), "%s", text.c_str());
     for (uint32_t peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -261,7 +262,7 @@ class MpiTransport final : public Transport {
     }
   }
 
-  bool poll_notice(uint64_t& tag, std::string& text) override {
+  bool poll_notice(uint64_t& tag, uint32_t& rank, std::string& text) override {
     // Sends finish on their own time; forget them once they have.
     std::erase_if(sent_notices_, [](const std::unique_ptr<SentNotice>& s) {
       int done = 0;
@@ -274,6 +275,7 @@ class MpiTransport final : public Transport {
       return false;
     }
     tag = incoming_notice_.tag;
+    rank = incoming_notice_.rank;
     incoming_notice_.text[sizeof(incoming_notice_.text) - 1] = '\0';
     text = fmt::format("node {} reports: {}", incoming_notice_.from, incoming_notice_.text);
     post_notice_receive();
@@ -282,7 +284,7 @@ class MpiTransport final : public Transport {
   struct Notice {
     uint64_t tag;
     uint32_t from;
-    uint32_t reserved;
+    uint32_t rank;
     char text[496];
   };
   struct SentNotice {

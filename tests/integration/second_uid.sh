@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Isolation with a real second uid. Starts a nodecommd as root (loopback transport, its own
+# runtime directory), then, as the system user nodecomm-test (created here if missing):
+#  1. attaches to a job of its own and checks that its segment in /dev/shm is a 0600 file
+#     owned by its uid and gid while it exists, that another user (nobody) cannot open it,
+#     and that the name is gone once mapped; then runs real allreduces (setpriv);
+#  2. tries to join a job that root's ranks started: refused with NC_ERR_PERMISSION and
+#     "job 'J' belongs to uid 0; uid N may not join it" (runuser), after which root's job
+#     forms and completes with exact results, and the daemon is still running.
+# It also checks the documented modes: runtime directory 0755, socket 0666, lock file 0644.
+#   second_uid.sh BIN_DIR
+# Exit status 77 (CTest skip) when not root or when useradd, runuser or setpriv is missing.
+set -euo pipefail
+
+BIN=${1:?usage: second_uid.sh BIN_DIR}
+USER_NAME=nodecomm-test
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "second_uid: skipped: needs root (to create $USER_NAME and switch to it)"
+  exit 77
+fi
+for tool in useradd runuser setpriv stat; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "second_uid: skipped: $tool is missing"
+    exit 77
+  fi
+done
+if ! getent passwd "$USER_NAME" >/dev/null; then
+  useradd -r -M -d /nonexistent -s /usr/sbin/nologin "$USER_NAME"
+  echo "second_uid: created system user $USER_NAME"
+fi
+uid=$(id -u "$USER_NAME")
+gid=$(id -g "$USER_NAME")
+
+fail() {
+  echo "second_uid: FAILED: $*" >&2
+  [ -f "${work:-}/daemon.log" ] && sed 's/^/[nodecommd] /' "$work/daemon.log" >&2
+  exit 1
+}
+
+work=$(mktemp -d /tmp/nodecomm-uid.XXXXXX)
+chmod 0755 "$work"
+mkdir "$work/user"
+chown "$uid:$gid" "$work/user"
+rt="$work/rt"
+daemon_pid=""
+cleanup() {
+  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+instance="uidtest.$$"
+"$BIN/nodecommd" --config none --transport loopback --instance "$instance" --runtime-dir "$rt" \
+  --cores none --idle backoff --log-level debug >"$work/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 200); do
+  [ -f "$rt/nodecommd.ready" ] && break
+  kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd exited at start"
+  sleep 0.1
+done
+[ -f "$rt/nodecommd.ready" ] || fail "nodecommd not ready after 20 s"
+
+# The runtime directory and socket permissions documented in docs/TROUBLESHOOTING.md.
+[ "$(stat -c %a "$rt")" = 755 ] || fail "runtime dir $rt is mode $(stat -c %a "$rt"), not 755"
+[ "$(stat -c '%a %F' "$rt/nodecommd.sock")" = "666 socket" ] ||
+  fail "socket is $(stat -c '%a %F' "$rt/nodecommd.sock"), not a 666 socket"
+[ "$(stat -c %a "$rt/nodecommd.lock")" = 644 ] || fail "lock file is not 644"
+echo "second_uid: runtime dir 0755, socket 0666, lock 0644 (owner $(stat -c %U "$rt"))"
+
+client_env=(env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_TIMEOUT_SEC=20)
+run_timeout() { timeout --kill-after=5 30 "$@"; }
+
+# 1. The other uid's own job: its segment is 0600 and its own, and no third user can read it.
+hold="$work/user/hold"
+run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=userjob \
+  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$BIN/hostile_client" segment-perms "$hold" &
+perms_pid=$!
+for _ in $(seq 200); do [ -f "$hold" ] && break; sleep 0.1; done
+[ -f "$hold" ] || fail "the segment-perms client never reported its segment"
+name=$(cat "$hold")
+seg="/dev/shm$name"
+[ "$(stat -c '%a %u %g' "$seg")" = "600 $uid $gid" ] ||
+  fail "$seg is $(stat -c '%a %u %g' "$seg"), expected 600 $uid $gid"
+id nobody >/dev/null 2>&1 || fail "there is no user nobody to try the segment as a third uid"
+if third=$(runuser -u nobody -- cat "$seg" 2>&1 >/dev/null); then
+  fail "user nobody could read $USER_NAME's segment $seg"
+fi
+[[ $third == *"Permission denied"* ]] ||
+  fail "user nobody's attempt to read $seg failed otherwise: $third"
+echo "second_uid: $seg is 0600 $USER_NAME:$(id -gn "$USER_NAME"); nobody cannot open it"
+rm -f "$hold"
+wait "$perms_pid" || fail "segment-perms client failed"
+[ ! -e "$seg" ] || fail "$seg still exists after the client mapped it"
+# Real allreduces as the other uid, through libnodecomm (setpriv this time).
+run_timeout setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "${client_env[@]}" \
+  NODECOMM_JOB=userjob2 NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 \
+  "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i64 >"$work/user_allreduce.log" 2>&1 ||
+  { cat "$work/user_allreduce.log" >&2; fail "allreduce_check as $USER_NAME failed"; }
+echo "second_uid: $USER_NAME ran its own job on root's daemon"
+
+# 2. Root's job: the other uid may not join it.
+run_timeout "${client_env[@]}" NODECOMM_JOB=rootjob NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=2 \
+  "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/root0.log" 2>&1 &
+root0=$!
+for _ in $(seq 200); do
+  grep -q "job rootjob: local rank 0 attached" "$work/daemon.log" && break
+  sleep 0.1
+done
+grep -q "job rootjob: local rank 0 attached" "$work/daemon.log" ||
+  fail "root's local rank 0 never attached"
+run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=rootjob \
+  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$BIN/hostile_client" join permission \
+  "job 'rootjob' belongs to uid 0; uid $uid may not join it" ||
+  fail "$USER_NAME was not refused with the expected permission error"
+grep -q "refused: job 'rootjob' belongs to uid 0; uid $uid may not join it" "$work/daemon.log" ||
+  fail "the daemon log does not record the refusal"
+# The refused uid took nothing from the job: root's second rank completes it.
+run_timeout "${client_env[@]}" NODECOMM_JOB=rootjob NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 \
+  "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/root1.log" 2>&1 ||
+  { cat "$work/root1.log" >&2; fail "root's rank 1 failed"; }
+wait "$root0" || { cat "$work/root0.log" >&2; fail "root's rank 0 failed"; }
+kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd died"
+echo "second_uid: $USER_NAME was refused; root's job then ran with exact results; daemon alive"
