@@ -165,6 +165,12 @@ void define_settings(CLI::App& app, Vars& v) {
                  "While the network is busy: longest sleep between polls (microseconds)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
+  app.add_option("--allow-uids", c.allow_uids,
+                 "Uids (numbers or user names) that may join a job another uid started")
+      ->delimiter(',');
+  app.add_option("--allow-groups", c.allow_groups,
+                 "Groups (names or gids) whose members may join a job another uid started")
+      ->delimiter(',');
   app.add_option("--stall-sec", c.limits.stall_sec,
                  "Log a stall report for an operation still incomplete after this many seconds, "
                  "naming the ranks and nodes it waits for (0: never)")

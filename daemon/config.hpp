@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "allreduce_algorithms.hpp"
 #include "engine.hpp"
@@ -36,6 +37,10 @@ struct DaemonConfig {
   SchedulerTuning sched;
   // Stall reports and operation timeouts (engine.hpp).
   EngineLimits limits;
+  // Other uids, and members of these groups (names or gids), may join a job that another uid
+  // started; by default a job admits only its first rank's uid.
+  std::vector<std::string> allow_uids;
+  std::vector<std::string> allow_groups;
   // auto (journal when stderr is the journal's stream, JOURNAL_STREAM), plain or journal
   // (sd-daemon priority prefixes such as <3>).
   std::string log_format = "auto";

@@ -6,6 +6,8 @@
 #include <sys/epoll.h>
 #include <sys/file.h>
 #include <unistd.h>
+#include <grp.h>
+#include <pwd.h>
 #include <xxhash.h>
 
 #include <cerrno>
@@ -14,7 +16,9 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
@@ -323,6 +327,30 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   drop(client, "refused at attach");
 }
 
+bool Daemon::may_join_others(const ipc::PeerCredentials& cred) const {
+  for (const std::string& entry : config_.allow_uids) {
+    const passwd* user = ::getpwnam(entry.c_str());
+    const std::string number = std::to_string(cred.uid);
+    if (entry == number || (user != nullptr && user->pw_uid == cred.uid)) return true;
+  }
+  if (config_.allow_groups.empty()) return false;
+  // The peer's groups: its primary gid from SO_PEERCRED, and its supplementary groups.
+  std::vector<gid_t> groups{cred.gid};
+  std::ifstream status(fmt::format("/proc/{}/status", cred.pid));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Groups:", 0) != 0) continue;
+    std::istringstream ids(line.substr(7));
+    for (gid_t g = 0; ids >> g;) groups.push_back(g);
+  }
+  for (const std::string& entry : config_.allow_groups) {
+    const group* named = ::getgrnam(entry.c_str());
+    for (const gid_t g : groups) {
+      if (entry == std::to_string(g) || (named != nullptr && named->gr_gid == g)) return true;
+    }
+  }
+  return false;
+}
+
 void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   using proto::Status;
   if (hello.magic != proto::kControlMagic || hello.layout_version != proto::kLayoutVersion) {
@@ -378,10 +406,13 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                          hello.local_rank, job_name, other->cred().pid));
   }
   for (ClientSession* other : job.members) {
-    if (other != nullptr && other->cred().uid != client.cred().uid) {
-      return reply_hello_error(client, Status::kPermission,
-                               fmt::format("job '{}' belongs to uid {}; uid {} may not join it",
-                                           job_name, other->cred().uid, client.cred().uid));
+    if (other != nullptr && other->cred().uid != client.cred().uid &&
+        !may_join_others(client.cred())) {
+      return reply_hello_error(
+          client, Status::kPermission,
+          fmt::format("job '{}' belongs to uid {}; uid {} may not join it (nodecommd "
+                      "--allow-uids or --allow-groups admits it)",
+                      job_name, other->cred().uid, client.cred().uid));
     }
   }
 

@@ -125,4 +125,29 @@ run_timeout "${client_env[@]}" NODECOMM_JOB=rootjob NODECOMM_LOCAL_RANK=1 NODECO
   { cat "$work/root1.log" >&2; fail "root's rank 1 failed"; }
 wait "$root0" || { cat "$work/root0.log" >&2; fail "root's rank 0 failed"; }
 kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd died"
-echo "second_uid: $USER_NAME was refused; root's job then ran with exact results; daemon alive"
+
+# 3. A daemon that allows the other uid (--allow-uids, by name): it joins root's job and both
+#    ranks get exact results.
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null || true
+rm -rf "$rt"
+"$BIN/nodecommd" --config none --transport loopback --instance "$instance" --runtime-dir "$rt" \
+  --cores none --idle backoff --log-level debug --allow-uids "$USER_NAME" \
+  >"$work/daemon2.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 200); do [ -f "$rt/nodecommd.ready" ] && break; sleep 0.1; done
+[ -f "$rt/nodecommd.ready" ] || fail "the second nodecommd was not ready after 20 s"
+run_timeout "${client_env[@]}" NODECOMM_JOB=sharedjob NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=2 \
+  "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/shared0.log" 2>&1 &
+shared0=$!
+for _ in $(seq 200); do
+  grep -q "job sharedjob: local rank 0 attached" "$work/daemon2.log" && break
+  sleep 0.1
+done
+run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=sharedjob \
+  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$BIN/allreduce_check" --counts 1,7,4099 \
+  --dtypes f32,i32 >"$work/shared1.log" 2>&1 ||
+  { cat "$work/shared1.log" >&2; fail "the allowed uid's rank failed"; }
+wait "$shared0" || { cat "$work/shared0.log" >&2; fail "root's rank failed next to the allowed uid"; }
+echo "second_uid: $USER_NAME was refused; root's job then ran with exact results; daemon alive;"
+echo "second_uid: with --allow-uids $USER_NAME it joined root's job, exact results on both"
