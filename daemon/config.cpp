@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -247,6 +248,11 @@ std::unique_ptr<CLI::App> make_app(Vars& vars, Meta& meta) {
   for (CLI::Option* opt : settings_of(*app)) {
     opt->description(
         fmt::format("{} [env {}]", opt->get_description(), env_name_for(setting_name(opt))));
+    // A flag given twice keeps its last value, as launchers that add their own defaults
+    // before the user's (nodecomm-launch --daemon-arg) expect; lists keep every value.
+    if (opt->get_items_expected_max() <= 1) {
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
   }
   app->footer(fmt::format(
       "Every setting can also be given in the configuration file as NAME = VALUE (NAME as the "
@@ -420,7 +426,11 @@ DaemonConfig parse_config(int argc, char** argv) {
     const std::string name = setting_name(opt);
     names.insert(name);
     if (opt->count() > 0) {
-      origins[name] = Origin{Source::kFlag, "--" + name, opt->results().back()};
+      // A list shows every value; a repeated single value its last (TakeLast, above).
+      const bool list = opt->get_items_expected_max() > 1;
+      origins[name] = Origin{Source::kFlag, "--" + name,
+                             list ? fmt::format("{}", fmt::join(opt->results(), ","))
+                                  : opt->results().back()};
     } else {
       origins[name] = Origin{Source::kDefault, {}, opt->get_default_str()};
     }
