@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +176,15 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
   return total;
 }
 
+// An algorithm's scratch memory, kept in `holder` (released by whoever owns it).
+std::function<void*(size_t)> scratch_in(StagingPool& pool, StagingPool::Buffer* holder) {
+  return [&pool, holder](size_t bytes) {
+    pool.release(*holder);
+    *holder = pool.acquire(std::max<size_t>(bytes, 1));
+    return holder->data;
+  };
+}
+
 // The transport's callbacks for one allreduce whose element 0 sits at `base` in wire format
 // and whose transport buffer starts at element `shift`: the node's contribution to a range is
 // reduced from the members' send buffers just before the range goes out, and a finished range
@@ -226,12 +236,7 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
     for (size_t k = 1; k < m.count(); ++k)
       copy_out(m.recv(k) + first * s.elem, result, count * s.elem);
   };
-  StagingPool* pool = &ctx.staging;
-  hooks.scratch = [pool, scratch_holder](size_t bytes) {
-    pool->release(*scratch_holder);
-    *scratch_holder = pool->acquire(std::max<size_t>(bytes, 1));
-    return scratch_holder->data;
-  };
+  hooks.scratch = scratch_in(ctx.staging, scratch_holder);
   return hooks;
 }
 
@@ -522,13 +527,7 @@ TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<
       if (lo < hi) p.hooks.done(lo - p.offset, hi - lo);
     }
   };
-  StagingPool* pool = &ctx.staging;
-  StagingPool::Buffer* holder = &scratch;
-  hooks.scratch = [pool, holder](size_t bytes) {
-    pool->release(*holder);
-    *holder = pool->acquire(std::max<size_t>(bytes, 1));
-    return holder->data;
-  };
+  hooks.scratch = scratch_in(ctx.staging, &scratch);
   return ctx.transport.start_allreduce(lay.node_comm, base, total, first_shape.wire, first_shape.op,
                                        first_shape.compression, hooks);
 }
