@@ -210,12 +210,7 @@ size_t Engine::progress(Job& job, Communicator& comm) {
       }
     } catch (const TransportError& e) {
       if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
-      CollectiveContext ctx{job, comm, staging_, transport_};
-      release_staging(ctx, op);
-      const std::string text = fmt::format("{} seq {} failed between nodes: {}",
-                                           describe_submission(op.first()), op.seq, e.what());
-      complete(job, comm, op, Status::kPeerLost, text);
-      comm.poison(Status::kPeerLost, text);
+      fail_between_nodes(job, comm, op, e.what());
     }
     // Nothing overtakes a split or free: the communicators it makes or drops must exist
     // identically on every daemon before anything else runs on them.
@@ -282,6 +277,15 @@ void Engine::finish(Job& job, Communicator& comm, Operation& op) {
     return;
   }
   complete(job, comm, op, Status::kOk, {});
+}
+
+void Engine::fail_between_nodes(Job& job, Communicator& comm, Operation& op, const char* why) {
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  release_staging(ctx, op);
+  const std::string text = fmt::format("{} seq {} failed between nodes: {}",
+                                       describe_submission(op.first()), op.seq, why);
+  complete(job, comm, op, Status::kPeerLost, text);
+  comm.poison(Status::kPeerLost, text);
 }
 
 void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status,
@@ -365,9 +369,9 @@ std::string Engine::stall_report(const Job& job, Communicator& comm, const Opera
   for (size_t k = 0; k < op.slots.size(); ++k) {
     (op.slots[k] ? have : missing).push_back(lay.member_ranks[k]);
   }
-  std::string text = fmt::format(
-      "job {} comm {} seq {} ({}) has waited {:.0f} s: ", job.name, comm.id(), op.seq,
-      describe_submission(op.first()), static_cast<double>(now - op.first_arrival_ns) / 1e9);
+  std::string text = fmt::format("job {} comm {} seq {} ({}) has waited {:.0f} s: ", job.name,
+                                 comm.id(), op.seq, describe_submission(op.first()),
+                                 static_cast<double>(now - op.first_arrival_ns) / 1e9);
   if (!missing.empty()) {
     return text + fmt::format("submitted by ranks {}, not yet by ranks {} on this node",
                               fmt::join(have, ","), fmt::join(missing, ","));

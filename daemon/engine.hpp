@@ -78,6 +78,8 @@ class Engine {
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
                 const std::string& message);
+  // A transfer of `op` failed in the transport: it fails, and so does its communicator.
+  void fail_between_nodes(Job& job, Communicator& comm, Operation& op, const char* why);
   void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
                 const std::string& message);
 

@@ -114,10 +114,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
         }
       } catch (const TransportError& e) {
         --inter_node_ops_;
-        const std::string text = fmt::format("{} seq {} failed between nodes: {}",
-                                             describe_submission(op.first()), op.seq, e.what());
-        complete(job, comm, op, Status::kPeerLost, text);
-        comm.poison(Status::kPeerLost, text);
+        fail_between_nodes(job, comm, op, e.what());
       }
     }
     if (is_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
