@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "counters.hpp"
 #include "reduce.hpp"
 #include "transport.hpp"
 #include "wire_codec.hpp"
@@ -82,6 +83,7 @@ class RingAllreduce final : public AllreduceAlgorithm {
     const size_t largest_block_bytes = blocks_[0].count * elem_;
     const size_t chunk = std::max<size_t>(tuning.chunk_bytes, 1);
     slices_ = std::clamp<size_t>((largest_block_bytes + chunk - 1) / chunk, 1, kTagsPerOperation);
+    algorithm_tally().count_ring(slices_);
     const size_t slice_elems = (blocks_[0].count + slices_ - 1) / slices_;
     lanes_ = std::max<uint32_t>(std::min(tuning.endpoints, net.lanes()), 1);
     right_ = (rank_ + 1) % nodes_;
@@ -251,6 +253,7 @@ class RecursiveDoublingAllreduce final : public AllreduceAlgorithm {
   RecursiveDoublingAllreduce(PointToPoint& net, int tag_base, const AllreduceSpec& spec,
                              const AllreduceHooks& hooks)
       : net_(net), spec_(spec), hooks_(hooks), bytes_(spec.count * proto::dtype_size(spec.dtype)) {
+    algorithm_tally().count_rd();
     const uint32_t n = net.size();
     const uint32_t r = net.rank();
     uint32_t pow2 = 1;

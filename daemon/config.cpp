@@ -172,6 +172,9 @@ void define_settings(CLI::App& app, Vars& v) {
   app.add_option("--allow-groups", c.allow_groups,
                  "Groups (names or gids) whose members may join a job another uid started")
       ->delimiter(',');
+  app.add_option("--admin-group", c.admin_group,
+                 "Group (name or gid) whose members may change settings at run time with "
+                 "nodecommctl set and trace, besides root and the daemon's uid");
   app.add_option("--stall-sec", c.limits.stall_sec,
                  "Log a stall report for an operation still incomplete after this many seconds, "
                  "naming the ranks and nodes it waits for (0: never)")

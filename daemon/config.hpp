@@ -41,6 +41,9 @@ struct DaemonConfig {
   // started; by default a job admits only its first rank's uid.
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_groups;
+  // Members of this group (name or gid) may change settings at run time (nodecommctl set,
+  // trace), besides root and the daemon's own uid. Empty: nobody else.
+  std::string admin_group;
   // auto (journal when stderr is the journal's stream, JOURNAL_STREAM), plain or journal
   // (sd-daemon priority prefixes such as <3>).
   std::string log_format = "auto";

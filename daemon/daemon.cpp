@@ -45,6 +45,8 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
       network_idle_(network_idle_config(config_)) {
   engine_.set_scheduler_tuning(config_.sched);
   engine_.set_limits(config_.limits);
+  engine_.set_algorithm_tuning(config_.tuning);
+  engine_.set_counters(&counters_);
 }
 
 Daemon::~Daemon() {
@@ -92,6 +94,7 @@ void Daemon::start() {
   if (::rename(tmp.c_str(), ready_path_.c_str()) != 0) {
     throw std::runtime_error(fmt::format("rename {}: {}", ready_path_, std::strerror(errno)));
   }
+  counters_.open(config_, transport_, runtime_dir_, socket_path_);
   NC_LOG(kInfo, "ready: socket {}, node {} of {}, transport {}, staging on NUMA node {}",
          socket_path_, transport_.node_index(), transport_.node_count(), transport_.name(),
          staging_.numa_node());
@@ -183,18 +186,19 @@ size_t Daemon::do_work() {
 
 size_t Daemon::exchange_notices(Job& job) {
   size_t work = 0;
-  for (const auto& [rank, text] : engine_.take_notices()) {
-    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, rank, text);
+  for (const auto& [rank, status, text] : engine_.take_notices()) {
+    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, rank, status, text);
     ++work;
   }
   uint64_t tag = 0;
   uint32_t rank = 0;
+  proto::Status status = proto::Status::kPeerLost;
   std::string text;
-  while (transport_.poll_notice(tag, rank, text)) {
+  while (transport_.poll_notice(tag, rank, status, text)) {
     ++work;
     if (tag != job.mine.job_hash) continue;  // a previous job's
     NC_LOG(kWarn, "job {}: {}", job.name, text);
-    engine_.remote_failure(job, rank, text);
+    engine_.remote_failure(job, rank, status, text);
   }
   return work;
 }
@@ -218,6 +222,8 @@ void Daemon::deep_park() {
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
   for (auto& [id, client] : clients_) client->heartbeat(now);
+  counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
+                         transport_);
   if (notifier_ != nullptr) notifier_->tick(now, [this] { return status_line(); });
 }
 
@@ -270,6 +276,7 @@ void Daemon::accept_clients() {
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     NC_LOG(kDebug, "client {} connected: pid {} uid {}", id, cred->pid, cred->uid);
     clients_.emplace(id, std::make_unique<ClientSession>(id, std::move(fd), *cred));
+    counters_.client_accepted();
     idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
@@ -303,6 +310,11 @@ void Daemon::on_readable(ClientSession& client) {
     } else if (kind == proto::ControlType::kMapped && size == sizeof(proto::Mapped) &&
                client.state() == ClientSession::State::kMapping) {
       on_mapped(client);
+    } else if (kind == proto::ControlType::kAdminRequest && size == sizeof(proto::AdminRequest) &&
+               client.state() == ClientSession::State::kHello) {
+      proto::AdminRequest request;
+      std::memcpy(&request, buffer, sizeof(request));
+      on_admin(client, request);
     } else if (kind == proto::ControlType::kBye && size == sizeof(proto::Bye)) {
       drop(client, "called finalize");
       return;
@@ -589,6 +601,7 @@ void Daemon::reap() {
         if (member != nullptr) member->job = nullptr;
       }
       job_.reset();
+      transport_.set_tuning(engine_.algorithm_tuning());  // drop what the job's rounds agreed
       Log::get().set_job({});
     }
   }

@@ -12,6 +12,7 @@
 
 #include "client_session.hpp"
 #include "config.hpp"
+#include "counters.hpp"
 #include "engine.hpp"
 #include "job.hpp"
 #include "nodecomm/ipc/idle.hpp"
@@ -56,6 +57,10 @@ class Daemon {
   size_t service_sockets(int timeout_ms);
   void accept_clients();
   void on_readable(ClientSession& client);
+  // nodecommctl set / trace (admin.cpp). apply_setting throws std::invalid_argument with a
+  // message that names the key, the bad value and what is accepted.
+  void on_admin(ClientSession& client, const proto::AdminRequest& request);
+  std::string apply_setting(const std::string& key, const std::string& value);
   void on_hello(ClientSession& client, const proto::Hello& hello);
   void on_mapped(ClientSession& client);
   void reply_hello_error(ClientSession& client, proto::Status status, const std::string& text);
@@ -88,6 +93,7 @@ class Daemon {
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
+  CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
 };
 
 }  // namespace nodecomm::daemon

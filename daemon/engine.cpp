@@ -11,7 +11,9 @@
 #include "client_session.hpp"
 #include "collectives.hpp"
 #include "comm_split.hpp"
+#include "counters.hpp"
 #include "log.hpp"
+#include "op_check.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
@@ -129,7 +131,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                                          describe_submission(desc), desc.seq, verdict.message);
     fail_one(member, desc, verdict.status, text);
     comm.poison(Status::kPeerLost, "invalid operation from " + text);
-    notices_.emplace_back(member.world_rank, "invalid operation from " + text);
+    notices_.push_back({member.world_rank, Status::kInvalidArgument, "invalid operation from " + text});
     return;
   }
   if (comm.poisoned()) {
@@ -157,7 +159,7 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
     const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
     complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);
-    notices_.emplace_back(job.world_rank_of(comm.layout().members[0]), text);
+    notices_.push_back({job.world_rank_of(comm.layout().members[0]), Status::kMismatch, text});
     return;
   }
   op.phase = Operation::Phase::kReady;
@@ -177,6 +179,9 @@ size_t Engine::progress(Job& job, Communicator& comm) {
   }
   size_t work = 0;
   size_t in_network = 0;
+  // Once one operation cannot start, later ones may still check their summaries but must
+  // not overtake it on the network.
+  bool held = false;
   auto& ops = comm.ops();
   for (auto it = ops.begin(); it != ops.end();) {
     Operation& op = it->second;
@@ -187,16 +192,21 @@ size_t Engine::progress(Job& job, Communicator& comm) {
                            comm.poison_reason()));
     }
     try {
+      if (op.phase == Operation::Phase::kReady && (op.check != 0 || !comm.poisoned())) {
+        work += cross_check(comm, op);
+      }
       if (op.phase == Operation::Phase::kReady) {
         if (comm.poisoned()) {
-          complete(job, comm, op, comm.poison_status(),
-                   fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                               comm.poison_reason()));
-        } else if (in_network < kMaxInterNodePerComm) {
+          if (op.check == 0) {
+            complete(job, comm, op, comm.poison_status(),
+                     fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                                 comm.poison_reason()));
+          }
+        } else if (!held && op.cross_checked && in_network < kMaxInterNodePerComm) {
           start(job, comm, op);
           ++work;
         } else {
-          break;
+          held = true;
         }
       }
       if (op.phase == Operation::Phase::kInterNode) {
@@ -223,6 +233,45 @@ size_t Engine::progress(Job& job, Communicator& comm) {
     if (fence) break;
   }
   return work;
+}
+
+size_t Engine::cross_check(Communicator& comm, Operation& op) {
+  const CommLayout& lay = comm.layout();
+  if (op.cross_checked) return 0;
+  if (lay.node_count == 1) {
+    op.cross_checked = true;
+    return 0;
+  }
+  if (op.check == 0) {
+    op.check_records.assign(lay.node_count, OpSummary{});
+    op.check_records[lay.node_index] = summarize(op.seq, op.first());
+    op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(),
+                                         sizeof(OpSummary));
+    ++inter_node_ops_;
+  }
+  bool done = false;
+  try {
+    done = transport_.test(op.check);
+  } catch (const TransportError& e) {
+    --inter_node_ops_;
+    op.check = 0;
+    comm.poison(Status::kPeerLost, fmt::format("{} seq {} failed between nodes: {}",
+                                               describe_submission(op.first()), op.seq, e.what()));
+    return 1;
+  }
+  if (!done) return 0;
+  --inter_node_ops_;
+  op.check = 0;
+  const std::vector<std::optional<OpSummary>> by_node(op.check_records.begin(),
+                                                      op.check_records.end());
+  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay);
+  if (disagreement.empty()) {
+    op.cross_checked = true;
+  } else {
+    comm.poison(Status::kMismatch, disagreement);
+  }
+  op.check_records.clear();
+  return 1;
 }
 
 void Engine::start(Job& job, Communicator& comm, Operation& op) {
@@ -310,6 +359,7 @@ void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status
     ipc::copy_text(c.message, message);
     member->complete(c);
   }
+  if (counters_ != nullptr) counters_->op_completed(job, comm, op, status, now);
   if (status != Status::kOk) {
     NC_LOG(kWarn, "job {}: {} seq {} on comm {} failed: {}", job.name,
            describe_submission(op.first()), op.seq, comm.id(), message);
@@ -333,27 +383,30 @@ void Engine::fail_one(ClientSession& member, const proto::OpDescriptor& desc, St
 void Engine::member_lost(Job& job, ClientSession& lost, const std::string& why) {
   const std::string reason = fmt::format("{} was lost: {}", who(job, lost), why);
   // A rank that finalized has finished every operation it posted: nothing to tell the others.
-  if (why != "called finalize") notices_.emplace_back(lost.world_rank, reason);
-  fail_all(job, reason, [&](const Communicator& comm, uint32_t id) {
+  if (why != "called finalize") notices_.push_back({lost.world_rank, Status::kPeerLost, reason});
+  fail_all(job, Status::kPeerLost, reason, [&](const Communicator& comm, uint32_t id) {
     return comm.layout().member_of_local(lost.local_rank) >= 0 || id == 0;
   });
 }
 
-void Engine::remote_failure(Job& job, uint32_t rank, const std::string& text) {
-  fail_all(job, text, [rank](const Communicator& comm, uint32_t id) {
+void Engine::remote_failure(Job& job, uint32_t rank, Status status, const std::string& text) {
+  fail_all(job, status, text, [rank](const Communicator& comm, uint32_t id) {
     const auto& ranks = comm.layout().world_rank_of;
     return id == 0 || std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
   });
 }
 
-void Engine::fail_all(Job& job, const std::string& reason,
+void Engine::fail_all(Job& job, Status status, const std::string& reason,
                       const std::function<bool(const Communicator&, uint32_t)>& affected) {
   for (auto& [id, comm] : job.comms) {
     if (!affected(*comm, id)) continue;
-    comm->poison(Status::kPeerLost, reason);
+    comm->poison(status, reason);
     for (auto& [seq, op] : comm->ops()) {
-      if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
-        complete(job, *comm, op, Status::kPeerLost,
+      // An operation whose summary exchange is in flight fails once that ends (progress):
+      // the other daemons are in the exchange too.
+      if (op.phase == Operation::Phase::kGathering ||
+          (op.phase == Operation::Phase::kReady && op.check == 0)) {
+        complete(job, *comm, op, status,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
                              reason));
       }
@@ -406,13 +459,18 @@ void Engine::check_stalls(Job& job, uint64_t now) {
         const std::string text =
             fmt::format("operation timeout ({} s, --op-timeout-sec): {}", limits_.op_timeout_sec,
                         stall_report(job, *comm, op, now));
+        if (op.check != 0) {  // the summary exchange is abandoned with the job's order
+          --inter_node_ops_;
+          op.check = 0;
+        }
         complete(job, *comm, op, Status::kTimeout, text);
         comm->poison(Status::kTimeout, text);
-        notices_.emplace_back(job.world_rank_of(comm->layout().members[0]), text);
+        notices_.push_back({job.world_rank_of(comm->layout().members[0]), Status::kTimeout, text});
         continue;
       }
       if (limits_.stall_sec > 0 && age >= stall_ns && !op.stall_reported) {
         op.stall_reported = true;
+        if (counters_ != nullptr) counters_->stall_reported();
         NC_LOG(kWarn, "stall: {}", stall_report(job, *comm, op, now));
       }
     }

@@ -16,6 +16,7 @@
 namespace nodecomm::daemon {
 
 class ClientSession;
+class CountersPublisher;
 
 struct EngineLimits {
   uint64_t max_count = uint64_t{1} << 34;
@@ -35,6 +36,14 @@ class Engine {
   void set_scheduler_tuning(const SchedulerTuning& tuning) { sched_ = tuning; }
   void set_limits(const EngineLimits& limits) { limits_ = limits; }
   const SchedulerTuning& scheduler_tuning() const { return sched_; }
+  const EngineLimits& limits() const { return limits_; }
+  // This daemon's inter-node algorithm settings. Node 0's are sent with every scheduling
+  // round and every daemon applies them to its transport before starting the round's units,
+  // so a runtime change (nodecommctl set chunk-size) reaches all nodes at the same point.
+  void set_algorithm_tuning(const AlgorithmTuning& tuning) { algorithm_ = tuning; }
+  const AlgorithmTuning& algorithm_tuning() const { return algorithm_; }
+  // The counters segment (counters.hpp); null: nothing is counted.
+  void set_counters(CountersPublisher* counters) { counters_ = counters; }
 
   // One pass over a running job: new submissions, then progress. Returns work done.
   size_t poll(Job& job);
@@ -45,10 +54,15 @@ class Engine {
   // Another node's daemon reported a failure of this job (Transport::poll_notice): the world
   // and every communicator with world rank `rank` fail as after a local loss, naming what
   // the other node said.
-  void remote_failure(Job& job, uint32_t rank, const std::string& text);
+  void remote_failure(Job& job, uint32_t rank, proto::Status status, const std::string& text);
   // Failures found here since the last call, for the other daemons (Transport::send_notice):
   // the world rank whose communicators fail, and why.
-  std::vector<std::pair<uint32_t, std::string>> take_notices() {
+  struct FailureNotice {
+    uint32_t rank;
+    proto::Status status;
+    std::string text;
+  };
+  std::vector<FailureNotice> take_notices() {
     return std::exchange(notices_, {});
   }
   // A client broke the ring protocol; it is told why and the caller drops it.
@@ -72,8 +86,11 @@ class Engine {
   std::string stall_report(const Job& job, Communicator& comm, const Operation& op,
                            uint64_t now) const;
   // Poisons every communicator `affected` picks and fails what has not reached the network.
-  void fail_all(Job& job, const std::string& reason,
+  void fail_all(Job& job, proto::Status status, const std::string& reason,
                 const std::function<bool(const Communicator&, uint32_t)>& affected);
+  // Sequence-order path: every node's summary of `op` is exchanged and compared before its
+  // transfer starts (op_check.hpp); a disagreement poisons the communicator everywhere.
+  size_t cross_check(Communicator& comm, Operation& op);
   void start(Job& job, Communicator& comm, Operation& op);
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
@@ -87,8 +104,10 @@ class Engine {
   StagingPool& staging_;
   EngineLimits limits_;
   SchedulerTuning sched_;
+  AlgorithmTuning algorithm_;
+  CountersPublisher* counters_ = nullptr;
   size_t inter_node_ops_ = 0;
-  std::vector<std::pair<uint32_t, std::string>> notices_;
+  std::vector<FailureNotice> notices_;
   uint64_t last_stall_check_ns_ = 0;
 };
 

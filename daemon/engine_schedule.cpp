@@ -3,17 +3,19 @@
 // order, and from the same gathered records computes the same units in the same order, so
 // the transport sees identical start sequences everywhere.
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
 
+#include "admin.hpp"
 #include "collectives.hpp"
+#include "counters.hpp"
 #include "engine.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "op_check.hpp"
 
 namespace nodecomm::daemon {
 
@@ -25,19 +27,26 @@ namespace {
 // may hold the floor while a whole step's tensors (ResNet-50 has 161) queue behind it.
 constexpr size_t kWindow = 1024;
 
+// Operations one round can announce per node; the rest wait for the next round.
+constexpr size_t kAnnouncePerRound = 64;
+
 // What one daemon tells the others each round. Only node 0's tuning fields are used, so the
-// daemons agree even if their jobs' environments differ. Priorities are not sent: every node
-// has the same submissions, and `checked` (a digest of everything the previous round's plan
-// was computed from) catches nodes whose ranks disagreed on a priority or a shape.
+// daemons agree even if their jobs' environments differ. An operation is marked ready only
+// once it has been announced (now or in an earlier round) with what this node's ranks
+// submitted, so before any of its data moves every daemon can check that all nodes posted the
+// same collective, dtype, op, count and root. Node 0's announced priority orders the plan.
 struct RoundRecord {
   uint64_t floor;
   uint64_t ready[kWindow / 64];
-  uint64_t checked;
   uint32_t policy;
   uint32_t fusion;
   uint64_t fusion_threshold;
   uint64_t chunk_bytes;
   uint64_t room;  // window bytes this node has free: the round hands out the least of these
+  uint32_t announced;
+  uint32_t reserved;
+  OpSummary announcements[kAnnouncePerRound];
+  AgreedAlgorithm algorithm;  // inter-node algorithm settings; node 0's apply (admin.hpp)
 };
 static_assert(std::is_trivially_copyable_v<RoundRecord>);
 
@@ -163,21 +172,28 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   const CommLayout& lay = comm.layout();
   RoundRecord mine{};
   mine.floor = sched.floor;
-  mine.checked = sched.checked;
   mine.policy = static_cast<uint32_t>(tuning.policy);
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
   mine.chunk_bytes = sched.chunk(tuning);
   const size_t window = sched.window(tuning);
   mine.room = window - std::min(window, sched.bytes_in_flight);
+  mine.algorithm = agreed_algorithm(algorithm_);
+  if (counters_ != nullptr) counters_->round_started();
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
        ++it) {
     if (is_management(it->second)) break;  // nothing overtakes a split or free
-    if (!locally_ready(comm, it->second)) continue;
+    Operation& op = it->second;
+    if (!locally_ready(comm, op)) continue;
+    if (!op.announced) {
+      if (mine.announced == kAnnouncePerRound) continue;
+      mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+      op.announced = true;
+    }
     const uint64_t i = it->first - sched.floor;
     mine.ready[i / 64] |= uint64_t{1} << (i % 64);
-    it->second.advertised = true;
+    op.advertised = true;
   }
   sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
   std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
@@ -203,6 +219,16 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       return;
     }
   }
+  // What every node announced, kept until the floor passes it.
+  sched.announced.erase(sched.announced.begin(), sched.announced.lower_bound(sched.floor));
+  for (size_t n = 0; n < records.size(); ++n) {
+    const RoundRecord& r = records[n];
+    for (uint32_t k = 0; k < std::min<uint32_t>(r.announced, kAnnouncePerRound); ++k) {
+      auto& by_node = sched.announced[r.announcements[k].seq];
+      by_node.resize(records.size());
+      by_node[n] = r.announcements[k];
+    }
+  }
   sched.ready_by_node.assign(records.size(), {});
   for (size_t n = 0; n < records.size(); ++n) {
     for (size_t i = 0; i < kWindow; ++i) {
@@ -212,6 +238,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     }
   }
   const RoundRecord& lead = records[0];
+  transport_.set_tuning(with_agreed_algorithm(transport_.tuning(), lead.algorithm));
   const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
   const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
   // Ready on every node.
@@ -221,40 +248,21 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     for (const RoundRecord& r : records) all = all && ((r.ready[i / 64] >> (i % 64)) & 1u) != 0;
     if (all) eligible.push_back(i);
   }
-  for (const RoundRecord& r : records) {
-    if (r.checked != lead.checked) {
-      comm.poison(Status::kMismatch,
-                  fmt::format("mismatched collectives on comm {} between nodes: the nodes' ranks "
-                              "submitted different operations (collective, dtype, op, count, "
-                              "priority or compression) for the sequence numbers scheduled "
-                              "together before seq {}",
-                              comm.id(), sched.floor));
+  // Nothing moves until every node's ranks are known to have posted the same operation.
+  for (const uint64_t i : eligible) {
+    const auto announced = sched.announced.find(sched.floor + i);
+    const std::string disagreement =
+        announced == sched.announced.end()
+            ? fmt::format("scheduling on comm {}: seq {} is ready on every node but was not "
+                          "announced by all",
+                          comm.id(), sched.floor + i)
+            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay);
+    if (!disagreement.empty()) {
+      comm.poison(Status::kMismatch, disagreement);
       return;
     }
   }
-  const auto priority_of = [&](uint64_t i) {
-    const auto found = comm.ops().find(sched.floor + i);
-    return found == comm.ops().end() ? 0 : found->second.first().priority;
-  };
-  // What this plan depends on, for the next round to compare.
-  uint64_t digest = sched.floor;
-  for (const uint64_t i : eligible) {
-    const auto found = comm.ops().find(sched.floor + i);
-    if (found == comm.ops().end()) continue;
-    const proto::OpDescriptor& d = found->second.first();
-    // Only what every rank of the communicator must pass alike: v-collectives' counts and a
-    // split's color and key differ by rank.
-    const auto collective = static_cast<proto::Collective>(d.collective);
-    const bool same_count =
-        collective != proto::Collective::kAllgatherv && collective != proto::Collective::kAlltoallv;
-    const uint64_t fields[] = {
-        sched.floor + i, same_count ? d.count : 0,
-        d.collective,    d.dtype,
-        d.redop,         static_cast<uint64_t>(static_cast<uint32_t>(d.priority)),
-        d.compression,   proto::collective_has_root(collective) ? d.root : 0};
-    digest = XXH3_64bits_withSeed(fields, sizeof(fields), digest);
-  }
-  sched.checked = digest;
+  const auto priority_of = [&](uint64_t i) { return sched.announced[sched.floor + i][0]->priority; };
   if (policy == proto::PriorityPolicy::kDirect) {
     std::stable_sort(eligible.begin(), eligible.end(),
                      [&](uint64_t a, uint64_t b) { return priority_of(a) > priority_of(b); });
@@ -412,6 +420,7 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
   sched.bytes_in_flight += unit.bytes;
   ++inter_node_ops_;
   for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
+  if (counters_ != nullptr) counters_->unit_started(comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
 }
 
@@ -446,6 +455,7 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
 }
 
 void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
+  if (counters_ != nullptr) counters_->unit_finished(comm, unit, ipc::monotonic_ns());
   staging_.release(unit.scratch);
   staging_.release(unit.buffer);
   for (const uint64_t seq : unit.seqs) {

@@ -47,7 +47,8 @@ bool agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
   if (c == proto::Collective::kAllgatherv || c == proto::Collective::kAlltoallv) {
     return a.dtype == b.dtype;
   }
-  return a.dtype == b.dtype && a.redop == b.redop && a.count == b.count && a.root == b.root;
+  return a.dtype == b.dtype && a.redop == b.redop && a.count == b.count && a.root == b.root &&
+         a.compression == b.compression;
 }
 }  // namespace
 
@@ -62,9 +63,18 @@ std::string describe_disagreement(const Operation& op, const CommLayout& layout)
     const auto& d = op.slots[k]->desc;
     text += fmt::format(" rank {} posted {}", layout.member_ranks[k],
                         proto::collective_name(static_cast<proto::Collective>(d.collective)));
-    text += fmt::format(" {} {} count {};", proto::dtype_name(static_cast<proto::DType>(d.dtype)),
+    text += fmt::format(" {} {} count {}", proto::dtype_name(static_cast<proto::DType>(d.dtype)),
                         proto::redop_name(static_cast<proto::RedOp>(d.redop)), d.count);
+    if (proto::collective_has_root(static_cast<proto::Collective>(d.collective))) {
+      text += fmt::format(" root {}", d.root);
+    }
+    if (d.compression != 0) {
+      text += fmt::format(
+          " compress {}", proto::compression_name(static_cast<proto::Compression>(d.compression)));
+    }
+    text += ';';
   }
+  text.pop_back();
   return text;
 }
 

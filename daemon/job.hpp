@@ -55,6 +55,11 @@ struct Operation {
   size_t finished_elems = 0;
   bool staged = false;      // stage_in ran
   bool advertised = false;  // offered to the other daemons in a round
+  bool announced = false;   // its OpSummary went to the other daemons in a round
+  // Sequence-order path: the OpSummary exchange that precedes the transfer (op_check.hpp).
+  TransportHandle check = 0;
+  bool cross_checked = false;
+  std::vector<OpSummary> check_records;
   uint32_t units_in_flight = 0;
 
   const proto::OpDescriptor& first() const;

@@ -14,12 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
+#include "op_check.hpp"
 #include "staging.hpp"
 
 namespace nodecomm::daemon {
@@ -82,7 +85,9 @@ struct CommSchedule {
   std::vector<uint8_t> round_records;
   uint64_t last_round_ns = 0;
   uint64_t rounds = 0;
-  uint64_t checked = 0;  // digest of the last plan's inputs (RoundRecord::checked)
+  // What each node's ranks posted for the sequence numbers announced in rounds, by seq and
+  // node: compared before an operation is handed out (op_check.hpp).
+  std::map<uint64_t, std::vector<std::optional<OpSummary>>> announced;
   // Sequence numbers each node had ready at the last round, for stall reports.
   std::vector<std::set<uint64_t>> ready_by_node;
   // Rate at which scheduled bytes complete while units are in flight (bytes per second).

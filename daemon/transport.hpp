@@ -88,10 +88,12 @@ class Transport {
   // Out-of-band failure notices between daemons, outside every operation's ordering: a
   // daemon whose job lost a rank tells every other daemon at once, so their ranks get an
   // error naming it instead of waiting for their timeout. `tag` identifies the job, `rank` the
-  // world rank whose communicators fail.
-  virtual void send_notice(uint64_t /*tag*/, uint32_t /*rank*/, const std::string& /*text*/) {}
+  // world rank whose communicators fail, `status` the error their members get.
+  virtual void send_notice(uint64_t /*tag*/, uint32_t /*rank*/, proto::Status /*status*/,
+                           const std::string& /*text*/) {}
   // A notice received since the last call, if any.
-  virtual bool poll_notice(uint64_t& /*tag*/, uint32_t& /*rank*/, std::string& /*text*/) {
+  virtual bool poll_notice(uint64_t& /*tag*/, uint32_t& /*rank*/, proto::Status& /*status*/,
+                           std::string& /*text*/) {
     return false;
   }
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).

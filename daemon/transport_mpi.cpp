@@ -236,7 +236,11 @@ class MpiTransport final : public Transport {
     int found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_ub), &found);
     max_tag_ = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
-    tag_windows_ = std::max(1, (max_tag_ / kTagsPerOperation));
+    // Exchanges (scheduling rounds, operation summaries) and transfers are two streams, each
+    // started in the same order on every daemon, but not interleaved alike: a daemon may start
+    // the next summary exchange before or after the previous transfer. Their tags come from
+    // separate halves of the tag space so that one stream's messages never match the other's.
+    tag_windows_ = std::max(1, (max_tag_ / kTagsPerOperation) / 2);
     requests_p2p_ = std::make_unique<RequestTable>(rank_);
     add_group(kAllNodes, MPI_COMM_WORLD, duplicate_lanes(MPI_COMM_WORLD, lanes_, &rank_));
     // Its own communicator, so notices never match an operation's messages.
@@ -245,11 +249,13 @@ class MpiTransport final : public Transport {
     post_notice_receive();
   }
 
-  void send_notice(uint64_t tag, uint32_t rank, const std::string& text) override {
+  void send_notice(uint64_t tag, uint32_t rank, proto::Status status,
+                   const std::string& text) override {
     Notice n{};
     n.tag = tag;
     n.from = rank_;
     n.rank = rank;
+    n.status = static_cast<int32_t>(status);
     std::snprintf(n.text, sizeof(n.text), "%s", text.c_str());
     for (uint32_t peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -262,7 +268,8 @@ class MpiTransport final : public Transport {
     }
   }
 
-  bool poll_notice(uint64_t& tag, uint32_t& rank, std::string& text) override {
+  bool poll_notice(uint64_t& tag, uint32_t& rank, proto::Status& status,
+                   std::string& text) override {
     // Sends finish on their own time; forget them once they have.
     std::erase_if(sent_notices_, [](const std::unique_ptr<SentNotice>& s) {
       int done = 0;
@@ -276,6 +283,7 @@ class MpiTransport final : public Transport {
     }
     tag = incoming_notice_.tag;
     rank = incoming_notice_.rank;
+    status = static_cast<proto::Status>(incoming_notice_.status);
     incoming_notice_.text[sizeof(incoming_notice_.text) - 1] = '\0';
     text = fmt::format("node {} reports: {}", incoming_notice_.from, incoming_notice_.text);
     post_notice_receive();
@@ -285,7 +293,9 @@ class MpiTransport final : public Transport {
     uint64_t tag;
     uint32_t from;
     uint32_t rank;
-    char text[496];
+    int32_t status;
+    uint32_t reserved;
+    char text[488];
   };
   struct SentNotice {
     Notice notice;
@@ -361,7 +371,8 @@ class MpiTransport final : public Transport {
 
   TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes) override {
     Group& group = group_of(comm);
-    const int tag_base = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
+    const int tag_base =
+        static_cast<int>(tag_windows_ + group.exchanges++ % tag_windows_) * kTagsPerOperation;
     const TransportHandle handle = next_++;
     algorithms_.emplace(handle, make_record_exchange(*group.net, tag_base, records, bytes));
     return handle;
@@ -610,7 +621,8 @@ class MpiTransport final : public Transport {
   struct Group {
     MPI_Comm comm = MPI_COMM_NULL;
     std::unique_ptr<MpiPointToPoint> net;
-    uint64_t started = 0;  // allreduces started, for tags
+    uint64_t started = 0;    // point-to-point transfers started, for tags
+    uint64_t exchanges = 0;  // exchanges started, for tags in the upper half
   };
 
   static std::vector<MPI_Comm> duplicate_lanes(MPI_Comm comm, uint32_t lanes,

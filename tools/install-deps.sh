@@ -12,6 +12,7 @@ PACKAGES=(
   iproute2 procps util-linux gnuplot-nox
   systemd
   clang libclang-rt-dev
+  python3-numpy python3-torch
 )
 
 missing=()

@@ -52,4 +52,12 @@ std::string segment_prefix(const std::string& instance) {
   return "/nodecomm." + clean + ".";
 }
 
+std::string counters_shm_name(const std::string& instance) {
+  return segment_prefix(instance) + "counters";
+}
+
+std::string trace_shm_name(const std::string& instance) {
+  return segment_prefix(instance) + "trace";
+}
+
 }  // namespace nodecomm::ipc

@@ -19,5 +19,10 @@ std::string ready_path(const std::string& runtime_dir);
 void make_directories(const std::string& dir, unsigned leaf_mode);
 // Shared-memory names the daemon uses for its clients start with this, per instance.
 std::string segment_prefix(const std::string& instance);
+// The instance's counters segment and trace buffer (proto/counters.hpp): shm names under the
+// same prefix, so that nodecommctl finds every instance in /dev/shm and the launcher's cleanup
+// of a crashed daemon's names covers them.
+std::string counters_shm_name(const std::string& instance);
+std::string trace_shm_name(const std::string& instance);
 
 }  // namespace nodecomm::ipc

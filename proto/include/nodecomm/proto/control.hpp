@@ -23,6 +23,8 @@ enum class ControlType : uint32_t {
   kJobReady = 4,    // daemon → client: world placement, or why the job could not form
   kWake = 5,        // client → daemon: work was submitted while the daemon was parked
   kBye = 6,         // client → daemon: orderly finalize
+  kAdminRequest = 7,  // nodecommctl → daemon: change a setting, start or stop a trace
+  kAdminReply = 8,    // daemon → nodecommctl: done, or why not
 };
 
 // Scheduling parameters a job may set for itself (from its ranks' NODECOMM_* environment);
@@ -87,7 +89,40 @@ struct Bye {
   uint32_t reserved;
 };
 
+// Administration (nodecommctl set / trace). Allowed for root, the daemon's uid and the
+// admin-group, as SO_PEERCRED tells the daemon; anyone else gets kPermission.
+inline constexpr uint32_t kAdminProtocolVersion = 1;
+inline constexpr size_t kAdminKeyBytes = 48;
+inline constexpr size_t kAdminValueBytes = 200;
+enum class AdminVerb : uint32_t {
+  kSet = 1,         // key = setting name, value = new value as on the command line
+  kTraceStart = 2,  // value = buffer capacity in events ("" for the default)
+  kTraceStop = 3,
+};
+
+struct AdminRequest {
+  uint32_t type;     // kAdminRequest
+  uint32_t magic;    // kControlMagic
+  uint32_t version;  // kAdminProtocolVersion
+  uint32_t verb;     // AdminVerb
+  char key[kAdminKeyBytes];      // NUL-terminated
+  char value[kAdminValueBytes];  // NUL-terminated
+};
+static_assert(sizeof(AdminRequest) == 16 + kAdminKeyBytes + kAdminValueBytes &&
+              std::is_trivially_copyable_v<AdminRequest>);
+
+struct AdminReply {
+  uint32_t type;  // kAdminReply
+  int32_t status;  // Status: kOk, kPermission, kInvalidArgument, kProtocol, ...
+  uint32_t verb;   // echoed
+  uint32_t reserved;
+  char message[kControlMessageBytes];  // what was done, or why not; NUL-terminated
+};
+static_assert(sizeof(AdminReply) == 16 + kControlMessageBytes &&
+              std::is_trivially_copyable_v<AdminReply>);
+
 inline constexpr size_t kMaxControlMessageBytes = sizeof(HelloReply);
+static_assert(sizeof(AdminRequest) <= kMaxControlMessageBytes);
 static_assert(sizeof(JobReady) <= kMaxControlMessageBytes &&
               sizeof(Hello) <= kMaxControlMessageBytes);
 

@@ -1,0 +1,76 @@
+#include "op_check.hpp"
+
+#include <fmt/format.h>
+
+#include "job.hpp"
+
+namespace nodecomm::daemon {
+
+OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc) {
+  const auto collective = static_cast<proto::Collective>(desc.collective);
+  // A split's color and key ride in count and root; v-collectives' counts differ by rank.
+  const bool per_rank_count = collective == proto::Collective::kAllgatherv ||
+                              collective == proto::Collective::kAlltoallv ||
+                              collective == proto::Collective::kCommSplit;
+  OpSummary s{};
+  s.seq = seq;
+  s.count = per_rank_count ? 0 : desc.count;
+  s.root = proto::collective_has_root(collective) ? desc.root : 0;
+  s.priority = desc.priority;
+  s.collective = static_cast<uint8_t>(desc.collective);
+  s.dtype = desc.dtype;
+  s.redop = desc.redop;
+  s.compression = desc.compression;
+  return s;
+}
+
+namespace {
+
+bool same_operation(const OpSummary& a, const OpSummary& b) {
+  return a.seq == b.seq && a.count == b.count && a.root == b.root &&
+         a.collective == b.collective && a.dtype == b.dtype && a.redop == b.redop &&
+         a.compression == b.compression;
+}
+
+std::string describe(const OpSummary& s) {
+  const auto collective = static_cast<proto::Collective>(s.collective);
+  std::string text = fmt::format("{} {} {} count {}", proto::collective_name(collective),
+                                 proto::dtype_name(static_cast<proto::DType>(s.dtype)),
+                                 proto::redop_name(static_cast<proto::RedOp>(s.redop)), s.count);
+  if (proto::collective_has_root(collective)) text += fmt::format(" root {}", s.root);
+  if (s.compression != 0) {
+    text += fmt::format(" compress {}",
+                        proto::compression_name(static_cast<proto::Compression>(s.compression)));
+  }
+  return text;
+}
+
+// "ranks 2,3" of node n in the communicator.
+std::string ranks_of_node(const CommLayout& layout, size_t node) {
+  std::string text;
+  const uint32_t first = layout.node_offsets[node];
+  for (uint32_t k = 0; k < layout.node_sizes[node]; ++k) {
+    text += fmt::format("{}{}", k == 0 ? "" : ",", layout.rank_at[first + k]);
+  }
+  return fmt::format("{} {}", layout.node_sizes[node] == 1 ? "rank" : "ranks", text);
+}
+
+}  // namespace
+
+std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
+                                    const std::vector<std::optional<OpSummary>>& by_node,
+                                    const CommLayout& layout) {
+  bool agree = true;
+  for (const auto& s : by_node) agree = agree && s && by_node[0] && same_operation(*s, *by_node[0]);
+  if (agree) return {};
+  std::string text =
+      fmt::format("mismatched collectives on comm {} seq {} between nodes:", comm_id, seq);
+  for (size_t n = 0; n < by_node.size(); ++n) {
+    text += fmt::format(" node {} ({}) posted {};", n, ranks_of_node(layout, n),
+                        by_node[n] ? describe(*by_node[n]) : std::string("nothing"));
+  }
+  text.pop_back();
+  return text;
+}
+
+}  // namespace nodecomm::daemon

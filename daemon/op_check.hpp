@@ -1,0 +1,42 @@
+// Cross-node agreement on what each sequence number is. Before an operation's data crosses
+// the network, every daemon learns what the other nodes' ranks submitted for it, so ranks
+// that disagree between nodes get an error naming every node's submission at once instead
+// of a transfer that truncates on one node and waits forever on another.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "nodecomm/proto/abi.hpp"
+
+namespace nodecomm::daemon {
+
+struct CommLayout;
+
+// What one node's ranks submitted for one sequence number: the fields that every rank of a
+// communicator must pass alike. It travels between daemons, so it is fixed-width.
+struct OpSummary {
+  uint64_t seq;
+  uint64_t count;     // 0 for collectives whose counts differ by rank (v-collectives, split)
+  uint32_t root;      // 0 for collectives without a root
+  int32_t priority;   // not compared: node 0's priority orders the schedule
+  uint8_t collective;
+  uint8_t dtype;
+  uint8_t redop;
+  uint8_t compression;
+  uint32_t reserved;
+};
+static_assert(sizeof(OpSummary) == 32 && std::is_trivially_copyable_v<OpSummary>);
+
+OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc);
+
+// Empty when every node submitted the same operation; otherwise the error for every member:
+// each node, its ranks in the communicator and what they posted.
+std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
+                                    const std::vector<std::optional<OpSummary>>& by_node,
+                                    const CommLayout& layout);
+
+}  // namespace nodecomm::daemon

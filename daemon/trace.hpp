@@ -1,0 +1,82 @@
+// `nodecommctl trace start|stop`: while a trace is on, the daemon appends one TraceEvent
+// (proto/counters.hpp) per completed operation and per finished scheduled transfer (chunk,
+// fused pack, whole operation) to /dev/shm/nodecomm.<instance>.trace, a bounded buffer that
+// nodecommctl maps read-only and turns into Chrome trace-event JSON. The daemon never writes
+// the user's FILE itself: it may run as another user and under ProtectSystem=strict, and the
+// buffer lives where it may write anyway (/dev/shm, like the client segments).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <unordered_map>
+
+#include "nodecomm/proto/counters.hpp"
+
+namespace nodecomm::daemon {
+
+// CLOCK_REALTIME in nanoseconds since the epoch (ipc::monotonic_ns's wall-clock sibling).
+inline uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A POSIX shared-memory object this process created and maps read-write; unlinked and
+// unmapped when destroyed or reset.
+class OwnedShm {
+ public:
+  OwnedShm() = default;
+  ~OwnedShm() { reset(); }
+  OwnedShm(const OwnedShm&) = delete;
+  OwnedShm& operator=(const OwnedShm&) = delete;
+  // Creates `name` with mode 0644 whatever the umask, replacing a stale object of the same
+  // name. Returns an error text, empty on success.
+  std::string create(const std::string& name, size_t bytes);
+  void reset();
+  void* data() const { return data_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class TraceRecorder {
+ public:
+  static constexpr uint64_t kDefaultEvents = 65536;   // 6 MiB
+  static constexpr uint64_t kMaxEvents = 1ull << 20;  // 96 MiB
+
+  // Starts a new trace of at most `capacity` events in `shm_name` (a previous, stopped trace
+  // there is replaced). Returns an error text, empty on success.
+  std::string start(const std::string& shm_name, const std::string& instance, uint32_t node_index,
+                    uint64_t capacity);
+  // Stops recording; the buffer stays readable until the next start or the daemon's exit.
+  void stop();
+  bool recording() const { return header_ != nullptr && recording_; }
+  uint64_t count() const { return count_; }
+  uint64_t dropped() const { return dropped_; }
+  const std::string& shm_name() const { return shm_.name(); }
+
+  void record(const proto::TraceEvent& event);
+  // Scheduled transfers: start time by transport handle, while recording.
+  void unit_started(uint64_t handle, uint64_t now_ns) {
+    if (recording()) unit_begin_[handle] = now_ns;
+  }
+  // The start time of a unit (0 if it began before the trace), forgotten afterwards.
+  uint64_t take_unit_begin(uint64_t handle);
+
+ private:
+  OwnedShm shm_;
+  proto::TraceHeader* header_ = nullptr;
+  proto::TraceEvent* events_ = nullptr;
+  uint64_t capacity_ = 0;
+  uint64_t count_ = 0;
+  uint64_t dropped_ = 0;
+  bool recording_ = false;
+  std::unordered_map<uint64_t, uint64_t> unit_begin_;
+};
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# PyTorch DDP step time, nodecomm hook against DDP's own gloo allreduce, side by side on one
+# simulated cluster: 2 nodes x 2 ranks, 1 Gbit/s links (docs/PERFORMANCE.md, "PyTorch DDP:
+# nodecomm hook vs gloo"). Runs the pair REPS times, interleaved, and prints each summary and
+# the gloo/nodecomm ratio of mean step times.
+#   bash docs/perf/pytorch-ddp.sh [BUILD_DIR] [REPS] [-- EXTRA ARGS for pytorch_ddp.py]
+# Needs root (--netsim) and python3-torch for /usr/bin/python3.
+set -euo pipefail
+BUILD=${1:-build}
+REPS=${2:-2}
+shift $(( $# < 2 ? $# : 2 ))
+[ "${1:-}" = "--" ] && shift
+EXTRA=("$@")
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+L=("$BUILD/bin/nodecomm-launch" --timeout 600 --netsim 1gbit --nodes 2 --ranks-per-node 2)
+ARGS=(--steps 12 --warmup 2 --batch 8 --quiet "${EXTRA[@]}")
+
+# mean_step_ms of one run, its summary line echoed to stderr.
+run() {
+  local line
+  line=$("${L[@]}" -- /usr/bin/python3 "$HERE/examples/pytorch_ddp.py" "${ARGS[@]}" "$@" 2>&1 |
+         grep '^summary:' || true)
+  [ -n "$line" ] || { echo "pytorch-ddp.sh: run '$*' printed no summary" >&2; exit 1; }
+  echo "$line" >&2
+  sed -E 's/.*mean_step_ms=([0-9.]+).*/\1/' <<<"$line"
+}
+
+echo "# $(date -u +%F) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); args: ${ARGS[*]}"
+for rep in $(seq "$REPS"); do
+  echo "# repetition $rep"
+  gloo=$(run --reference gloo)
+  nc=$(run)
+  nc_bf16=$(run --compress bf16)
+  awk -v g="$gloo" -v n="$nc" -v b="$nc_bf16" 'BEGIN {
+    printf "ratio gloo/nodecomm %.2f   gloo/nodecomm+bf16 %.2f   (step ms: gloo %.1f, nodecomm %.1f, nodecomm+bf16 %.1f)\n", g / n, g / b, g, n, b }'
+done

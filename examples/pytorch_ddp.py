@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Data-parallel training with PyTorch DistributedDataParallel, gradients averaged by nodecommd.
+
+    nodecomm-launch --nodes 2 --ranks-per-node 2 -- /usr/bin/python3 examples/pytorch_ddp.py
+    nodecomm-launch --nodes 2 --ranks-per-node 2 -- /usr/bin/python3 examples/pytorch_ddp.py \
+        --reference gloo                                   # DDP's own gloo allreduce instead
+
+Trains an MLP (10.5M parameters by default) on seeded synthetic data for --steps steps and
+prints, on rank 0, each step's time and loss and a summary line (mean step time without the
+first --warmup steps). Both modes see the same seeds, so their final weights agree
+(--save FILE writes rank 0's state_dict; tests/python compares them).
+
+Under `nodecomm-launch --netsim RATE` each node is a network namespace behind a shaped link,
+but the ranks themselves run in the launcher's namespace and talk to their daemon over a Unix
+socket. So that the gloo reference crosses the same shaped link, each of its ranks first
+enters its node's namespace (/run/netns/nc<launcher pid>h<node>; needs root, as --netsim
+does) and gloo binds to that namespace's eth0.
+
+Needs PYTHONPATH to hold the nodecomm package (build/python after a build), unless installed.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+import nodecomm
+import nodecomm.torch
+
+CLONE_NEWNET = 0x40000000
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="first steps left out of the summary's mean (default 2)")
+    p.add_argument("--seed", type=int, default=1234, help="model and data seed (default 1234)")
+    p.add_argument("--reference", choices=["gloo"],
+                   help="use DDP's default allreduce over this torch.distributed backend "
+                        "instead of the nodecomm hook")
+    p.add_argument("--store", help="file for the torch.distributed file:// rendezvous "
+                                   "(default: a fresh /tmp file that rank 0 picks)")
+    p.add_argument("--save", help="rank 0 writes the final state_dict here (torch.save)")
+    p.add_argument("--compress", choices=["none", "bf16", "f16", "int8"], default="none",
+                   help="nodecomm wire compression between nodes (default none)")
+    p.add_argument("--priority", type=int, default=0, help="base priority of the buckets")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads per rank (default 1: ranks share few cores)")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank per step")
+    p.add_argument("--input", type=int, default=1024, help="input features")
+    p.add_argument("--hidden", type=int, default=2048, help="hidden layer width")
+    p.add_argument("--layers", type=int, default=3, help="hidden layers")
+    p.add_argument("--classes", type=int, default=10, help="output classes")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate")
+    p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP bucket size (MB)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    return p.parse_args()
+
+
+def make_model(args):
+    layers, width = [], args.input
+    for _ in range(args.layers):
+        layers += [nn.Linear(width, args.hidden), nn.ReLU()]
+        width = args.hidden
+    layers.append(nn.Linear(width, args.classes))
+    return nn.Sequential(*layers)
+
+
+def make_batches(args, rank):
+    """Every rank's batches for every step, from seeds alone: a fixed random 'teacher'
+    projection labels Gaussian inputs, so the loss has something to learn."""
+    teacher = torch.Generator().manual_seed(args.seed)
+    projection = torch.randn(args.input, args.classes, generator=teacher)
+    data = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
+    batches = []
+    for _ in range(args.steps):
+        x = torch.randn(args.batch, args.input, generator=data)
+        batches.append((x, (x @ projection).argmax(dim=1)))
+    return batches
+
+
+def node_namespace():
+    """Name of this rank's node namespace under nodecomm-launch --netsim, else None."""
+    job = os.environ.get("NODECOMM_JOB", "")
+    node = os.environ.get("NODECOMM_NODE")
+    if not os.environ.get("NODECOMM_LINK_RATE"):
+        return None
+    if not job.startswith("launch-") or node is None:
+        sys.exit(f"pytorch_ddp: --netsim, but NODECOMM_JOB={job!r} NODECOMM_NODE={node!r} do "
+                 "not name a nodecomm-launch node namespace")
+    return f"nc{job[len('launch-'):]}h{node}"
+
+
+def link_tx_bytes():
+    """Bytes this node has sent over its simulated link (eth0 of its namespace), or None
+    without --netsim: shows what each mode really puts on the wire."""
+    namespace = node_namespace()
+    ip = shutil.which("ip") or shutil.which("/usr/sbin/ip") or shutil.which("/sbin/ip")
+    if namespace is None or ip is None:
+        return None
+    try:
+        out = subprocess.run([ip, "-n", namespace, "-j", "-s", "link", "show", "dev", "eth0"],
+                             capture_output=True, text=True, check=True, timeout=10).stdout
+        return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, IndexError):
+        return None
+
+
+def enter_node_namespace():
+    """Under --netsim, moves the calling (main) thread into its node's network namespace.
+    Network namespaces are per thread: gloo's sockets, made by this thread and the threads
+    it starts from now on, then use the node's eth0 and the shaped link. Returns the
+    interface for GLOO_SOCKET_IFNAME."""
+    namespace = node_namespace()
+    if namespace is None:
+        return "lo"
+    path = f"/run/netns/{namespace}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            sys.exit(f"pytorch_ddp: setns({path}): {os.strerror(err)} (needs root)")
+    finally:
+        os.close(fd)
+    return "eth0"
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = make_model(args)
+    n_params = sum(p.numel() for p in model.parameters())
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    # The hook stages every bucket in the arena: room for all gradients, plus slack.
+    arena = None if os.environ.get("NODECOMM_ARENA_BYTES") else 2 * param_bytes + (64 << 20)
+    nodecomm.init(arena_bytes=arena)
+    rank, size = nodecomm.world_rank(), nodecomm.world_size()
+    store = args.store or nodecomm.torch.rendezvous_file(args.reference or "nodecomm-ddp")
+
+    if args.reference:
+        # The whole gradient traffic goes through gloo: it must cross the (simulated) network.
+        os.environ["GLOO_SOCKET_IFNAME"] = enter_node_namespace()
+    else:
+        # Only DDP's setup traffic uses this group; it stays on this machine's loopback.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    nodecomm.torch.init_process_group("gloo", path=store)
+
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    mode = args.reference or "nodecomm"
+    if not args.reference:
+        state = nodecomm.torch.HookState(priority=args.priority,
+                                         compress=None if args.compress == "none"
+                                         else args.compress)
+        ddp.register_comm_hook(state, nodecomm.torch.allreduce_hook)
+        if args.compress != "none":
+            mode += f"+{args.compress}"
+
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    batches = make_batches(args, rank)
+    if rank == 0 and not args.quiet:
+        print(f"pytorch_ddp: {mode}, {size} ranks, {n_params / 1e6:.1f}M parameters, "
+              f"batch {args.batch}/rank, {args.threads} thread(s)/rank, "
+              f"link {os.environ.get('NODECOMM_LINK_RATE', 'unshaped')}", flush=True)
+
+    step_times = []
+    tx_start = None
+    for step, (x, y) in enumerate(batches):
+        if rank == 0 and step == min(args.warmup, args.steps - 1):
+            tx_start = link_tx_bytes()
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp(x), y)
+        loss.backward()  # DDP waits for every bucket's reduction before this returns
+        optimizer.step()
+        elapsed = time.perf_counter() - start
+        step_times.append(elapsed)
+        if rank == 0 and not args.quiet:
+            print(f"step {step:3d}  time {elapsed * 1e3:8.1f} ms  loss {loss.item():.6f}",
+                  flush=True)
+
+    measured = step_times[args.warmup:] or step_times
+    if rank == 0:
+        tx_end = link_tx_bytes()
+        link = ""
+        if tx_start is not None and tx_end is not None:
+            link = f" node0_link_tx_mb_per_step={(tx_end - tx_start) / len(measured) / 1e6:.1f}"
+        print(f"summary: mode={mode} ranks={size} params={n_params} steps={len(step_times)} "
+              f"warmup={args.warmup} mean_step_ms={statistics.mean(measured) * 1e3:.1f} "
+              f"median_step_ms={statistics.median(measured) * 1e3:.1f} "
+              f"final_loss={loss.item():.6f}{link}", flush=True)
+        if args.save:
+            torch.save(ddp.module.state_dict(), args.save)
+    dist.destroy_process_group()
+    nodecomm.finalize()
+
+
+if __name__ == "__main__":
+    main()

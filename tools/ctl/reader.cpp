@@ -1,0 +1,263 @@
+#include "reader.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/runtime_paths.hpp"
+#include "nodecomm/ipc/socket.hpp"
+#include "nodecomm/proto/types.hpp"
+
+namespace nodecomm::ctl {
+
+namespace {
+
+uint64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Maps a shared-memory object read-only; returns its address and size.
+std::pair<const void*, size_t> map_readonly(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) {
+    throw RuntimeError(fmt::format("cannot open /dev/shm{}: {}", name, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+    ::close(fd);
+    throw RuntimeError(fmt::format("/dev/shm{} is empty or unreadable", name));
+  }
+  void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  const int saved = errno;
+  ::close(fd);
+  if (data == MAP_FAILED) {
+    throw RuntimeError(fmt::format("mmap /dev/shm{}: {}", name, std::strerror(saved)));
+  }
+  return {data, static_cast<size_t>(st.st_size)};
+}
+
+template <class T>
+void copy_words(T& out, const T& shared) {
+  static_assert(sizeof(T) % 8 == 0);
+  proto::detail::load_words(&out, &shared, sizeof(T));
+}
+
+}  // namespace
+
+uint64_t monotonic_now_ns() {
+  return clock_ns(CLOCK_MONOTONIC);
+}
+uint64_t realtime_now_ns() {
+  return clock_ns(CLOCK_REALTIME);
+}
+
+bool pid_alive(pid_t pid) {
+  return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
+}
+
+std::string Snapshot::instance() const {
+  return ipc::bounded_text(daemon.instance);
+}
+
+std::string Snapshot::param(const std::string& key) const {
+  for (uint32_t i = 0; i < std::min(params.count, proto::kCounterParams); ++i) {
+    if (ipc::bounded_text(params.entries[i].key) == key) {
+      return ipc::bounded_text(params.entries[i].value);
+    }
+  }
+  return {};
+}
+
+double Snapshot::heartbeat_age_s() const {
+  const uint64_t at = liveness.heartbeat_monotonic_ns;
+  return at == 0 || now_monotonic_ns < at ? 0.0 : static_cast<double>(now_monotonic_ns - at) / 1e9;
+}
+
+CountersView::CountersView(const std::string& shm_name) : name_(shm_name) {
+  const auto [data, size] = map_readonly(shm_name);
+  const auto* seg = static_cast<const proto::CountersSegment*>(data);
+  std::string problem;
+  if (size < sizeof(proto::CountersHeader)) {
+    problem = fmt::format("is {} bytes, smaller than a header", size);
+  } else {
+    // acquire: pairs with the daemon's release store; the rest is initialised if this matches.
+    const uint32_t version =
+        std::atomic_ref<uint32_t>(const_cast<uint32_t&>(seg->header.layout_version))
+            .load(std::memory_order_acquire);
+    if (seg->header.magic != proto::kCountersMagic) {
+      problem = "is not a nodecomm counters segment (bad magic)";
+    } else if (version == 0) {
+      problem = "is still being initialised (the daemon is starting)";
+    } else if (version != proto::kCountersLayoutVersion) {
+      problem = fmt::format(
+          "has counters layout version {}, this nodecommctl reads version {} (use the "
+          "nodecommctl of the same release as the daemon)",
+          version, proto::kCountersLayoutVersion);
+    } else if (size < sizeof(proto::CountersSegment) ||
+               seg->header.segment_bytes != sizeof(proto::CountersSegment)) {
+      problem = fmt::format("has {} bytes, expected {}", seg->header.segment_bytes,
+                            sizeof(proto::CountersSegment));
+    }
+  }
+  if (!problem.empty()) {
+    ::munmap(const_cast<void*>(data), size);
+    throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
+  }
+  seg_ = seg;
+}
+
+CountersView::~CountersView() {
+  if (seg_ != nullptr) ::munmap(const_cast<proto::CountersSegment*>(seg_), sizeof(*seg_));
+}
+
+Snapshot CountersView::read() const {
+  Snapshot s;
+  s.shm_name = name_;
+  s.now_monotonic_ns = monotonic_now_ns();
+  s.now_realtime_ns = realtime_now_ns();
+  s.daemon = seg_->daemon;  // written once before the version was published
+  copy_words(s.liveness, seg_->liveness);
+  copy_words(s.totals, seg_->totals);
+  for (uint32_t c = 0; c < proto::kCounterCollectives; ++c) {
+    copy_words(s.collectives[c], seg_->collectives[c]);
+  }
+  const bool ok =
+      proto::seqlock_read(seg_->params, s.params) && proto::seqlock_read(seg_->job, s.job) &&
+      proto::seqlock_read(seg_->clients, s.clients) && proto::seqlock_read(seg_->ops, s.ops);
+  if (!ok) {
+    throw RuntimeError(fmt::format(
+        "/dev/shm{}: a section stayed busy (the daemon died or is stuck while rewriting it)",
+        name_));
+  }
+  s.params.count = std::min(s.params.count, proto::kCounterParams);
+  s.clients.count = std::min(s.clients.count, proto::kCounterClients);
+  s.ops.count = std::min(s.ops.count, proto::kCounterOps);
+  s.alive = pid_alive(static_cast<pid_t>(s.daemon.pid));
+  return s;
+}
+
+std::vector<std::string> list_counters_names() {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.starts_with("nodecomm.") && name.ends_with(".counters")) names.push_back("/" + name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string resolve_counters_name(const std::string& instance, const std::string& runtime_dir) {
+  if (!runtime_dir.empty()) {
+    const std::string path = ipc::ready_path(runtime_dir);
+    std::ifstream in(path);
+    if (!in) {
+      throw RuntimeError(fmt::format("no daemon in {}: cannot read {}: {}", runtime_dir, path,
+                                     std::strerror(errno)));
+    }
+    try {
+      const auto ready = nlohmann::json::parse(in);
+      return ipc::counters_shm_name(ready.at("instance").get<std::string>());
+    } catch (const std::exception& e) {
+      throw RuntimeError(fmt::format("{}: {}", path, e.what()));
+    }
+  }
+  if (!instance.empty()) return ipc::counters_shm_name(instance);
+  const char* env = std::getenv("NODECOMM_INSTANCE");
+  return ipc::counters_shm_name(env != nullptr && *env != '\0' ? env : "default");
+}
+
+proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb verb,
+                                const std::string& key, const std::string& value) {
+  proto::AdminRequest request{};
+  request.type = static_cast<uint32_t>(proto::ControlType::kAdminRequest);
+  request.magic = proto::kControlMagic;
+  request.version = proto::kAdminProtocolVersion;
+  request.verb = static_cast<uint32_t>(verb);
+  if (key.size() >= sizeof(request.key) || value.size() >= sizeof(request.value)) {
+    throw RuntimeError(fmt::format("key or value too long (at most {} and {} characters)",
+                                   sizeof(request.key) - 1, sizeof(request.value) - 1));
+  }
+  ipc::copy_text(request.key, key);
+  ipc::copy_text(request.value, value);
+  std::string error;
+  ipc::Fd fd = ipc::connect_unix(socket_path, error);
+  if (!fd.valid()) throw RuntimeError(fmt::format("cannot connect to {}: {}", socket_path, error));
+  if (ipc::send_message(fd.get(), &request, sizeof(request)) != ipc::IoResult::kOk) {
+    throw RuntimeError(fmt::format("cannot send to {}", socket_path));
+  }
+  alignas(8) uint8_t buffer[1024];
+  size_t size = 0;
+  const ipc::IoResult r = ipc::recv_message_timed(fd.get(), buffer, sizeof(buffer), size, 10'000);
+  if (r == ipc::IoResult::kTimeout) {
+    throw RuntimeError(fmt::format("no reply from the daemon at {} within 10 s", socket_path));
+  }
+  proto::AdminReply reply{};
+  uint32_t type = 0;
+  if (size >= sizeof(type)) std::memcpy(&type, buffer, sizeof(type));
+  if (r != ipc::IoResult::kOk) {
+    throw RuntimeError(
+        fmt::format("the daemon at {} closed the connection without a reply", socket_path));
+  }
+  if (type == static_cast<uint32_t>(proto::ControlType::kHelloReply) &&
+      size == sizeof(proto::HelloReply)) {
+    // Refused at accept (too many clients): it answers as to a client.
+    proto::HelloReply refused;
+    std::memcpy(&refused, buffer, sizeof(refused));
+    reply.status = refused.status;
+    ipc::copy_text(reply.message, ipc::bounded_text(refused.message));
+    return reply;
+  }
+  if (type != static_cast<uint32_t>(proto::ControlType::kAdminReply) || size != sizeof(reply)) {
+    throw RuntimeError(fmt::format(
+        "unexpected reply (type {}, {} bytes) from {}: is the daemon older than nodecommctl?", type,
+        size, socket_path));
+  }
+  std::memcpy(&reply, buffer, sizeof(reply));
+  reply.message[sizeof(reply.message) - 1] = '\0';
+  return reply;
+}
+
+TraceData read_trace(const std::string& shm_name) {
+  const auto [data, size] = map_readonly(shm_name);
+  TraceData out;
+  const auto* header = static_cast<const proto::TraceHeader*>(data);
+  std::string problem;
+  if (size < sizeof(proto::TraceHeader) || header->magic != proto::kTraceMagic) {
+    problem = "is not a nodecomm trace buffer";
+  } else if (std::atomic_ref<uint32_t>(const_cast<uint32_t&>(header->layout_version))
+                 .load(std::memory_order_acquire) != proto::kTraceLayoutVersion) {
+    problem = fmt::format("has trace layout version {}, expected {}", header->layout_version,
+                          proto::kTraceLayoutVersion);
+  } else {
+    out.header = *header;
+    // acquire: the events counted here are fully written (release after each, trace.cpp).
+    const uint64_t count = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(header->count))
+                               .load(std::memory_order_acquire);
+    const uint64_t fits = (size - sizeof(proto::TraceHeader)) / sizeof(proto::TraceEvent);
+    const auto* events = reinterpret_cast<const proto::TraceEvent*>(header + 1);
+    out.events.assign(events, events + std::min({count, fits, header->capacity}));
+  }
+  ::munmap(const_cast<void*>(data), size);
+  if (!problem.empty()) throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
+  return out;
+}
+
+}  // namespace nodecomm::ctl

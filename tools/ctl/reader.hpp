@@ -1,0 +1,83 @@
+// nodecommctl's access to a daemon: the counters segment, mapped read-only (every read-only
+// command), and the control socket (set, trace start|stop).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "nodecomm/proto/control.hpp"
+#include "nodecomm/proto/counters.hpp"
+
+namespace nodecomm::ctl {
+
+// A failure at run time (exit status 1): daemon not running, refused, unreadable segment.
+struct RuntimeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One consistent copy of a daemon's counters.
+struct Snapshot {
+  std::string shm_name;  // "/nodecomm.<instance>.counters"
+  proto::DaemonInfo daemon{};
+  proto::Liveness liveness{};
+  proto::Totals totals{};
+  proto::CollectiveCounters collectives[proto::kCounterCollectives]{};
+  proto::ParamsSection params{};
+  proto::JobSection job{};
+  proto::ClientsSection clients{};
+  proto::OpsSection ops{};
+  uint64_t now_monotonic_ns = 0;  // when the copy was taken
+  uint64_t now_realtime_ns = 0;
+  bool alive = false;  // the daemon's pid exists
+
+  std::string instance() const;
+  // The value of a setting from the params table; empty if absent.
+  std::string param(const std::string& key) const;
+  double heartbeat_age_s() const;
+};
+
+// A read-only mapping of one instance's counters segment.
+class CountersView {
+ public:
+  // Maps `shm_name` and checks magic, layout version and size. Throws RuntimeError naming the
+  // object and the reason.
+  explicit CountersView(const std::string& shm_name);
+  ~CountersView();
+  CountersView(const CountersView&) = delete;
+  CountersView& operator=(const CountersView&) = delete;
+  // Throws RuntimeError if a seqlocked section stays busy (a daemon killed mid-rewrite).
+  Snapshot read() const;
+
+ private:
+  std::string name_;
+  const proto::CountersSegment* seg_ = nullptr;
+};
+
+// Counters segments in /dev/shm, by shm name (every instance on this node, dead ones too).
+std::vector<std::string> list_counters_names();
+
+// Which instance a command talks to: --runtime-dir DIR (its ready file names the instance),
+// else --instance NAME, else $NODECOMM_INSTANCE, else "default". Returns the shm name.
+std::string resolve_counters_name(const std::string& instance, const std::string& runtime_dir);
+
+bool pid_alive(pid_t pid);
+uint64_t monotonic_now_ns();
+uint64_t realtime_now_ns();
+
+// Sends one admin request to the socket and waits (up to 10 s) for the reply.
+proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb verb,
+                                const std::string& key, const std::string& value);
+
+// Reads a stopped (or running) trace buffer: header and events.
+struct TraceData {
+  proto::TraceHeader header{};
+  std::vector<proto::TraceEvent> events;
+};
+TraceData read_trace(const std::string& shm_name);
+
+}  // namespace nodecomm::ctl
