@@ -180,6 +180,12 @@ void define_settings(CLI::App& app, Vars& v) {
                  "naming the ranks and nodes it waits for (0: never)")
       ->check(CLI::Range(0u, 86400u))
       ->capture_default_str();
+  app.add_option("--peer-timeout-sec", c.peer_timeout_sec,
+                 "Declare another node's daemon lost after this many seconds without its "
+                 "heartbeat (sent every tenth of this): the job's operations that span nodes fail "
+                 "naming that node (0: never)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--op-timeout-sec", c.limits.op_timeout_sec,
                  "Fail an operation that has not reached the network after this many seconds "
                  "(0: never)")

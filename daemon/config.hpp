@@ -37,6 +37,8 @@ struct DaemonConfig {
   SchedulerTuning sched;
   // Stall reports and operation timeouts (engine.hpp).
   EngineLimits limits;
+  // Another node's daemon silent this long is lost (Transport::check_peers); 0: never.
+  double peer_timeout_sec = 3.0;
   // Other uids, and members of these groups (names or gids), may join a job that another uid
   // started; by default a job admits only its first rank's uid.
   std::vector<std::string> allow_uids;

@@ -1,10 +1,14 @@
 #include "counters.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstddef>
 #include <utility>
 
 #include "client_session.hpp"
@@ -46,6 +50,23 @@ void copy_name(char (&dst)[N], const char (&name)[proto::kTensorNameBytes]) {
 }
 }  // namespace
 
+namespace {
+// The pid recorded in an existing counters segment `name` if that process still runs, else 0.
+pid_t live_owner(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  proto::CountersHeader header{};
+  proto::DaemonInfo info{};
+  const bool read =
+      ::pread(fd, &header, sizeof(header), 0) == sizeof(header) &&
+      ::pread(fd, &info, sizeof(info), offsetof(proto::CountersSegment, daemon)) == sizeof(info);
+  ::close(fd);
+  if (!read || header.magic != proto::kCountersMagic) return 0;
+  const auto pid = static_cast<pid_t>(info.pid);
+  return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM) ? pid : 0;
+}
+}  // namespace
+
 AlgorithmTally& algorithm_tally() {
   static AlgorithmTally tally;
   return tally;
@@ -62,6 +83,15 @@ void CountersPublisher::open(const DaemonConfig& config, const Transport& transp
                              const std::string& runtime_dir, const std::string& socket_path) {
   instance_ = config.instance;
   const std::string name = ipc::counters_shm_name(config.instance);
+  // The instance lock covers one runtime directory; a daemon of the same instance name under
+  // another runtime base (another user's) may own this name. Never take it from a live one.
+  if (const pid_t owner = live_owner(name); owner > 0 && owner != ::getpid()) {
+    NC_LOG(kWarn,
+           "no counters segment (nodecommctl will not see this daemon): /dev/shm{} belongs to "
+           "running pid {}, a daemon of the same instance name under another runtime directory",
+           name, owner);
+    return;
+  }
   if (const std::string error = shm_.create(name, sizeof(proto::CountersSegment)); !error.empty()) {
     NC_LOG(kWarn, "no counters segment (nodecommctl will not see this daemon): {}", error);
     return;

@@ -219,8 +219,25 @@ void Daemon::deep_park() {
   heartbeat();
 }
 
+void Daemon::check_peers(uint64_t now) {
+  if (transport_.node_count() == 1 || config_.peer_timeout_sec <= 0) return;
+  const auto timeout_ns = static_cast<uint64_t>(config_.peer_timeout_sec * 1e9);
+  for (const Transport::LostPeer& lost : transport_.check_peers(now, timeout_ns / 10, timeout_ns)) {
+    NC_LOG(kError, "{}", lost.text);
+    if (lost_peer_.empty()) lost_peer_ = lost.text;
+    if (!job_) continue;
+    if (job_->state == Job::State::kRunning) {
+      engine_.node_lost(*job_, lost.text);
+    } else if (job_->state == Job::State::kForming) {
+      job_->state = Job::State::kFailed;
+      send_job_ready(*job_, proto::Status::kPeerLost, lost.text);
+    }
+  }
+}
+
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
+  check_peers(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
   counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
                          transport_);
@@ -374,6 +391,12 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
   }
   const std::string job_name = hello.job;
+  if (!lost_peer_.empty()) {
+    return reply_hello_error(client, Status::kPeerLost,
+                             fmt::format("this daemon's group cannot run jobs any more: {}; "
+                                         "restart the job's daemons",
+                                         lost_peer_));
+  }
   if (hello.local_size == 0 || hello.local_size > proto::kLocalSizeLimit ||
       hello.local_rank >= hello.local_size) {
     return reply_hello_error(

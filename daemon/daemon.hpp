@@ -70,6 +70,8 @@ class Daemon {
   void reap();
   void deep_park();
   void heartbeat();
+  // Heartbeats with the other daemons; a lost one fails the job's multi-node work.
+  void check_peers(uint64_t now);
 
   DaemonConfig config_;
   Transport& transport_;
@@ -93,6 +95,7 @@ class Daemon {
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
+  std::string lost_peer_;  // why this daemon's group can run no more multi-node jobs
   CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
 };
 

@@ -396,6 +396,46 @@ void Engine::remote_failure(Job& job, uint32_t rank, Status status, const std::s
   });
 }
 
+void Engine::node_lost(Job& job, const std::string& text) {
+  for (auto& [id, comm] : job.comms) {
+    if (comm->layout().node_count == 1) continue;  // only this node's ranks: unaffected
+    comm->poison(Status::kPeerLost, text);
+    // Transfers with the lost node never finish. Their buffers stay with the engine, because
+    // the transport may still write into them, and their members get the error now.
+    CommSchedule& sched = comm->schedule;
+    if (sched.round != 0) {
+      --inter_node_ops_;
+      sched.round = 0;
+      abandoned_records_.push_back(std::move(sched.round_records));
+    }
+    inter_node_ops_ -= std::min(inter_node_ops_, sched.units.size());
+    for (ScheduledUnit& unit : sched.units) abandoned_units_.push_back(std::move(unit));
+    sched.units.clear();
+    sched.bytes_in_flight = 0;
+    auto& ops = comm->ops();
+    for (auto it = ops.begin(); it != ops.end();) {
+      Operation& op = it->second;
+      const bool on_network = op.phase == Operation::Phase::kInterNode || op.check != 0;
+      // The sequence-order path counts each operation on the network (the scheduler counts
+      // its units, above).
+      const size_t counted =
+          (op.phase == Operation::Phase::kInterNode && op.handle != 0 ? 1 : 0) + (op.check != 0);
+      inter_node_ops_ -= std::min(inter_node_ops_, counted);
+      if (op.phase != Operation::Phase::kDone) {
+        complete(job, *comm, op, Status::kPeerLost,
+                 fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()),
+                             op.seq, text));
+      }
+      if (on_network) {
+        abandoned_ops_.push_back(std::move(op));
+        it = ops.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void Engine::fail_all(Job& job, Status status, const std::string& reason,
                       const std::function<bool(const Communicator&, uint32_t)>& affected) {
   for (auto& [id, comm] : job.comms) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <utility>
@@ -55,6 +56,9 @@ class Engine {
   // and every communicator with world rank `rank` fail as after a local loss, naming what
   // the other node said.
   void remote_failure(Job& job, uint32_t rank, proto::Status status, const std::string& text);
+  // Another node's daemon is gone (Transport::check_peers): every communicator that spans
+  // nodes fails, operations on the network included, naming the lost node.
+  void node_lost(Job& job, const std::string& text);
   // Failures found here since the last call, for the other daemons (Transport::send_notice):
   // the world rank whose communicators fail, and why.
   struct FailureNotice {
@@ -108,6 +112,11 @@ class Engine {
   CountersPublisher* counters_ = nullptr;
   size_t inter_node_ops_ = 0;
   std::vector<FailureNotice> notices_;
+  // What was on the network with a lost node: kept, never reused, since the transport may
+  // still write into it.
+  std::deque<Operation> abandoned_ops_;
+  std::deque<ScheduledUnit> abandoned_units_;
+  std::deque<std::vector<uint8_t>> abandoned_records_;
   uint64_t last_stall_check_ns_ = 0;
 };
 

@@ -96,6 +96,18 @@ class Transport {
                            std::string& /*text*/) {
     return false;
   }
+  // Liveness of the other daemons. Sends this daemon's heartbeat to every peer when
+  // `interval_ns` has passed since the last, and returns the peers not heard from for
+  // `timeout_ns`, each once, with a message naming the node, its daemon's pid and host.
+  // A lost peer's messages never arrive, so what is in flight with it never completes.
+  struct LostPeer {
+    uint32_t node;
+    std::string text;
+  };
+  virtual std::vector<LostPeer> check_peers(uint64_t /*now_ns*/, uint64_t /*interval_ns*/,
+                                            uint64_t /*timeout_ns*/) {
+    return {};
+  }
   // Gathers `bytes` from every node into `recv` (node_count * bytes, in node order).
   virtual TransportHandle start_allgather(const void* send, size_t bytes, void* recv) = 0;
   // This daemon's index within `comm` (node order) and the number of daemons in it.

@@ -15,7 +15,9 @@
 
 #include "allreduce_algorithms.hpp"
 #include "p2p.hpp"
+#include "nodecomm/ipc/clock.hpp"
 #include "transport.hpp"
+#include "transport_mpi_liveness.hpp"
 
 namespace nodecomm::daemon {
 namespace {
@@ -247,6 +249,13 @@ class MpiTransport final : public Transport {
     MPI_Comm_dup(MPI_COMM_WORLD, &notice_comm_);
     MPI_Comm_set_errhandler(notice_comm_, MPI_ERRORS_RETURN);
     post_notice_receive();
+    liveness_ =
+        std::make_unique<MpiPeerLiveness>(MPI_COMM_WORLD, rank_, size_, ipc::monotonic_ns());
+  }
+
+  std::vector<LostPeer> check_peers(uint64_t now_ns, uint64_t interval_ns,
+                                    uint64_t timeout_ns) override {
+    return liveness_->check(now_ns, interval_ns, timeout_ns);
   }
 
   void send_notice(uint64_t tag, uint32_t rank, proto::Status status,
@@ -318,6 +327,8 @@ class MpiTransport final : public Transport {
     for (auto& sent : sent_notices_) MPI_Request_free(&sent->request);
     sent_notices_.clear();
     if (notice_comm_ != MPI_COMM_NULL) MPI_Comm_free(&notice_comm_);
+    const bool peer_lost = liveness_->any_lost();
+    liveness_.reset();
     for (auto& [handle, job] : group_jobs_) {
       // A creation still blocked in MPI (a peer died) must not hang the shutdown.
       if (job->done.load(std::memory_order_acquire)) {
@@ -330,7 +341,9 @@ class MpiTransport final : public Transport {
     algorithms_.clear();
     requests_p2p_.reset();
     for (auto& [id, group] : groups_) free_lanes_and_comm(id, group);
-    MPI_Finalize();
+    // MPI_Finalize waits for every process of the world, a lost one included: without it the
+    // launcher reports this daemon as not finalized, which is what happened to the job.
+    if (!peer_lost) MPI_Finalize();
   }
 
   uint32_t node_index() const override { return rank_; }
@@ -690,6 +703,7 @@ class MpiTransport final : public Transport {
   std::unordered_map<TransportHandle, std::unique_ptr<AllreduceAlgorithm>> algorithms_;
   bool pass_polled_ = false;  // the point-to-point requests were polled in this engine pass
   MPI_Comm notice_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiPeerLiveness> liveness_;
   MPI_Request notice_request_ = MPI_REQUEST_NULL;
   Notice incoming_notice_{};
   std::vector<std::unique_ptr<SentNotice>> sent_notices_;

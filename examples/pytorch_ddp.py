@@ -46,9 +46,10 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=2,
                    help="first steps left out of the summary's mean (default 2)")
     p.add_argument("--seed", type=int, default=1234, help="model and data seed (default 1234)")
-    p.add_argument("--reference", choices=["gloo"],
-                   help="use DDP's default allreduce over this torch.distributed backend "
-                        "instead of the nodecomm hook")
+    p.add_argument("--reference", choices=["gloo", "none"],
+                   help="gloo: DDP's default allreduce over gloo instead of the nodecomm hook; "
+                        "none: no gradient exchange at all (a hook that returns each bucket "
+                        "as is), the compute-only floor of the step time")
     p.add_argument("--store", help="file for the torch.distributed file:// rendezvous "
                                    "(default: a fresh /tmp file that rank 0 picks)")
     p.add_argument("--save", help="rank 0 writes the final state_dict here (torch.save)")
@@ -137,6 +138,13 @@ def enter_node_namespace():
     return "eth0"
 
 
+def no_exchange_hook(_, bucket):
+    """--reference none: every rank keeps its own gradients (timing only)."""
+    future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -151,7 +159,7 @@ def main():
     rank, size = nodecomm.world_rank(), nodecomm.world_size()
     store = args.store or nodecomm.torch.rendezvous_file(args.reference or "nodecomm-ddp")
 
-    if args.reference:
+    if args.reference == "gloo":
         # The whole gradient traffic goes through gloo: it must cross the (simulated) network.
         os.environ["GLOO_SOCKET_IFNAME"] = enter_node_namespace()
     else:
@@ -159,9 +167,13 @@ def main():
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     nodecomm.torch.init_process_group("gloo", path=store)
 
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    # Gradients as views of the buckets: DDP skips copying them in (for every mode alike).
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                  gradient_as_bucket_view=True)
     mode = args.reference or "nodecomm"
-    if not args.reference:
+    if args.reference == "none":
+        ddp.register_comm_hook(None, no_exchange_hook)
+    elif not args.reference:
         state = nodecomm.torch.HookState(priority=args.priority,
                                          compress=None if args.compress == "none"
                                          else args.compress)

@@ -61,10 +61,14 @@ class HookState:
                              else os.environ.get("NODECOMM_TIMEOUT_SEC", "300") or 300)
         self.buckets_posted = 0
         self._staging = {}  # bucket index -> arena tensor of that bucket's size and dtype
+        self._staging_context = None  # the context they belong to (a re-init unmaps them)
 
     def staging_buffer(self, index, like):
         """The arena tensor for bucket `index`, (re)allocated when DDP's layout changes (it
         rebuilds its buckets after the first step). None if the arena has no room."""
+        if self._staging_context is not _core._ctx:
+            self._staging.clear()
+            self._staging_context = _core._ctx
         buf = self._staging.get(index)
         if buf is None or buf.numel() != like.numel() or buf.dtype != like.dtype:
             self._staging.pop(index, None)  # let the old block go back to the arena first

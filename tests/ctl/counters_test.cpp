@@ -1,6 +1,5 @@
 // The counters segment: its layout constants, the latency buckets, the seqlock under a racing
 // writer, and a round trip from the daemon's publisher to nodecommctl's reader.
-#include "client_session.hpp"
 #include "counters.hpp"
 
 #include <fcntl.h>
@@ -14,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "client_session.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/counters.hpp"
 #include "reader.hpp"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -118,6 +119,61 @@ int remote_kill(nc_context_t* ctx) {
   return bad;
 }
 
+// The pid of this rank's daemon, from the ready file in its runtime directory.
+pid_t daemon_pid() {
+  const char* dir = std::getenv("NODECOMM_RUNTIME_DIR");
+  if (dir == nullptr) return -1;
+  const std::string path = std::string(dir) + "/nodecommd.ready";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return -1;
+  char text[512] = {};
+  const size_t n = std::fread(text, 1, sizeof(text) - 1, f);
+  std::fclose(f);
+  text[n] = '\0';
+  const char* at = std::strstr(text, "\"pid\":");
+  return at == nullptr ? -1 : static_cast<pid_t>(std::atol(at + 6));
+}
+
+// The last node's daemon is SIGKILLed mid-job: its ranks get NC_ERR_DAEMON_LOST naming it,
+// and the other nodes' ranks an error naming the lost node, all within 5 s.
+int daemon_kill(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int node = nc_node_index(ctx);
+  const int last = nc_node_count(ctx) - 1;
+  double* buf = nullptr;
+  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
+      nc_wait(ctx, req) != NC_OK) {
+    return expect(false, rank, "a first allreduce to succeed", nc_last_error());
+  }
+  if (node == last && nc_local_rank(ctx) == 0) {
+    const pid_t pid = daemon_pid();
+    if (pid <= 0) return expect(false, rank, "the daemon's pid in its ready file", "none");
+    usleep(200 * 1000);  // let the others post and wait
+    std::printf("error_paths rank %d: SIGKILL to daemon pid %d of node %d\n", rank, pid, node);
+    std::fflush(stdout);
+    kill(pid, SIGKILL);
+  }
+  const double start = now_sec();
+  nc_status_t s = nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req);
+  if (s == NC_OK) s = nc_wait(ctx, req);
+  const double waited = now_sec() - start;
+  int bad = 0;
+  if (node == last) {
+    bad += expect(s == NC_ERR_DAEMON_LOST, rank, "NC_ERR_DAEMON_LOST", nc_last_error());
+  } else {
+    const std::string lost = "node " + std::to_string(last);
+    bad += expect(s == NC_ERR_PEER_LOST, rank, "NC_ERR_PEER_LOST", nc_last_error());
+    bad += expect(contains(nc_last_error(), lost.c_str()), rank, "the lost node to be named",
+                  nc_last_error());
+  }
+  bad += expect(waited < 5.0, rank, "the error within 5 s", std::to_string(waited).c_str());
+  std::printf("error_paths rank %d (node %d): told in %.2f s: %s\n", rank, node, waited,
+              nc_last_error());
+  return bad;
+}
+
 int stall(nc_context_t* ctx) {
   const int rank = nc_world_rank(ctx);
   const int size = nc_world_size(ctx);
@@ -219,13 +275,15 @@ int requests(nc_context_t* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|stall|local-checks|requests\n");
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|daemon-kill|stall|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
   nc_init_options_default(&opts);
   if (std::strcmp(argv[1], "peer-exit") == 0) opts.timeout_sec = 8;
-  if (std::strcmp(argv[1], "remote-kill") == 0) opts.timeout_sec = 30;  // must not be the cause
+  if (std::strcmp(argv[1], "remote-kill") == 0 || std::strcmp(argv[1], "daemon-kill") == 0) {
+    opts.timeout_sec = 30;  // must not be the cause
+  }
   nc_context_t* ctx = nullptr;
   if (nc_init(&opts, &ctx) != NC_OK) {
     std::fprintf(stderr, "error_paths: nc_init: %s\n", nc_last_error());
@@ -238,6 +296,8 @@ int main(int argc, char** argv) {
     bad = peer_exit(ctx);
   } else if (std::strcmp(argv[1], "remote-kill") == 0) {
     bad = remote_kill(ctx);
+  } else if (std::strcmp(argv[1], "daemon-kill") == 0) {
+    bad = daemon_kill(ctx);
   } else if (std::strcmp(argv[1], "stall") == 0) {
     bad = stall(ctx);
   } else if (std::strcmp(argv[1], "requests") == 0) {

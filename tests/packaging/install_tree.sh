@@ -19,7 +19,7 @@ else
 fi
 PC=$(find "$PREFIX" -name nodecomm.pc | head -1)
 LIBDIR=$(dirname "$(dirname "$PC")")
-for f in bin/nodecommd bin/nodecomm-launch bin/nodecomm-bench include/nodecomm.h include/nodecomm.hpp \
+for f in bin/nodecommd bin/nodecomm-launch bin/nodecomm-bench bin/nodecommctl include/nodecomm.h include/nodecomm.hpp \
          lib/systemd/system/nodecommd.service lib/sysusers.d/nodecomm.conf lib/tmpfiles.d/nodecomm.conf \
          etc/nodecomm/nodecommd.conf share/doc/nodecomm/OPERATIONS.md share/doc/nodecomm/README.md \
          share/doc/nodecomm/examples/nodecommd.conf; do

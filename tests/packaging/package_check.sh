@@ -26,7 +26,7 @@ for dep in openmpi-bin libopenmpi libhwloc libnuma libxxhash libhwy libfmt libst
   printf '%s\n' "$depends" | grep -q "$dep" && pass "depends on $dep" || fail "no $dep in Depends: $depends"
 done
 contents=$(dpkg-deb -c "$DEB" | awk '{print $6}')
-for f in ./usr/bin/nodecommd ./usr/bin/nodecomm-launch ./usr/bin/nodecomm-bench ./usr/include/nodecomm.h \
+for f in ./usr/bin/nodecommd ./usr/bin/nodecomm-launch ./usr/bin/nodecomm-bench ./usr/bin/nodecommctl ./usr/include/nodecomm.h \
          ./usr/include/nodecomm.hpp ./usr/lib/systemd/system/nodecommd.service ./usr/lib/sysusers.d/nodecomm.conf \
          ./usr/lib/tmpfiles.d/nodecomm.conf ./etc/nodecomm/nodecommd.conf; do
   printf '%s\n' "$contents" | grep -qx -- "$f" && pass "holds $f" || fail "no $f in the package"

@@ -404,6 +404,16 @@ bool Launcher::wait_ranks() {
 
 bool Launcher::stop_daemons() {
   if (!mpirun_running_) return true;  // wait_ranks already reported it
+  // mpirun runs with --enable-recovery, so a daemon that died does not end the others (or
+  // mpirun): it is found here.
+  for (size_t node = 0; node < daemons_.size(); ++node) {
+    if (daemons_[node] && !signal_process(*daemons_[node], 0)) {
+      daemons_failed_ = true;
+      write_stderr(fmt::format("nodecomm-launch: the daemon of node {} (pid {}) died during the "
+                               "job\n",
+                               node, daemons_[node]->pid));
+    }
+  }
   verbose("all ranks done; sending SIGTERM to the daemons");
   kill_daemons(SIGTERM);
   const auto stop_deadline = Clock::now() + kDaemonStopTimeout;

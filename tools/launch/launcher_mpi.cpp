@@ -110,6 +110,9 @@ std::pair<std::string, std::vector<std::string>> Launcher::mpirun_command() cons
     args.insert(args.end(), contexts.begin(), contexts.end());
     return {path, args};
   }
+  // A daemon that dies must not take the others down with it: they detect the loss
+  // themselves (heartbeats) and tell their ranks which node was lost.
+  args.emplace_back("--enable-recovery");
   // The daemon replaces {node} with its MPI rank, which is its node index.
   args.insert(args.end(), {"-np", std::to_string(opts_.nodes), daemon_path_});
   args.emplace_back("--instance");
