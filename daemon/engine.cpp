@@ -132,6 +132,8 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
     fail_one(member, desc, verdict.status, text);
     comm.poison(Status::kPeerLost, "invalid operation from " + text);
     notices_.push_back({member.world_rank, Status::kInvalidArgument, "invalid operation from " + text});
+    // A descriptor no correct client writes: its memory cannot be trusted any more.
+    if (!verdict.over_limit) member.violation = "invalid descriptor: " + text;
     return;
   }
   if (comm.poisoned()) {

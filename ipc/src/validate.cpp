@@ -92,8 +92,10 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
     return {};
   }
   if (d.count > limits.max_count) {
-    return reject(Status::kInvalidArgument,
-                  fmt::format("count {} exceeds the limit {}", d.count, limits.max_count));
+    Verdict v = reject(Status::kInvalidArgument,
+                       fmt::format("count {} exceeds the limit {}", d.count, limits.max_count));
+    v.over_limit = true;
+    return v;
   }
   const auto collective = static_cast<proto::Collective>(d.collective);
   if (limits.comm_size == 0 || limits.comm_size > kMaxCommSize ||

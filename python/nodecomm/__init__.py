@@ -38,6 +38,10 @@ __all__ = [
     "world_rank", "world_size", "node_index", "node_count", "local_rank", "local_size",
     "arena_info", "alloc_array", "alloc_tensor", "is_arena", "allreduce", "reduce",
     "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "wait_all",
+    # status codes, as nodecomm.Error.status
+    "OK", "ERR_INVALID_ARGUMENT", "ERR_OUT_OF_RANGE", "ERR_UNSUPPORTED", "ERR_MISMATCH",
+    "ERR_PEER_LOST", "ERR_DAEMON_LOST", "ERR_TIMEOUT", "ERR_QUEUE_FULL", "ERR_NO_MEMORY",
+    "ERR_NOT_INITIALIZED", "ERR_PROTOCOL", "ERR_PERMISSION", "ERR_INTERNAL",
 ]
 
 

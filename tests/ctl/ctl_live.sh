@@ -178,7 +178,9 @@ assert all(e["name"].startswith("allreduce") and e["args"]["bytes"] == 4194304 a
 seqs = [e["args"]["seq"] for e in ops]
 assert len(set(seqs)) == len(seqs), "an operation traced twice"
 assert max(seqs) - min(seqs) + 1 == len(seqs), "operations missing in the middle"
-assert len(ops) <= after - before and len(ops) >= (after - before) // 2, (len(ops), before, after)
+# Every traced operation completed between the two status reads; most of those were traced
+# (the reads and the start/stop requests take a little of the interval).
+assert len(ops) <= after - before and len(ops) >= (after - before) // 4, (len(ops), before, after)
 assert units and all(u["args"]["seq"] in set(seqs) | set(range(min(seqs) - 64, max(seqs) + 64)) for u in units)
 print(f"ctl_live: trace: {len(ops)} operations (seq {min(seqs)}..{max(seqs)}), {len(units)} transfers; "
       f"{after - before} completed meanwhile")

@@ -10,14 +10,14 @@ namespace {
 
 TEST(Layout, RecordSizesAreStable) {
   EXPECT_EQ(sizeof(OpDescriptor), 112u);
-  EXPECT_EQ(sizeof(Completion), 248u);
+  EXPECT_EQ(sizeof(Completion), 1024u);
   EXPECT_EQ(sizeof(SegmentHeader), 128u);
   EXPECT_EQ(sizeof(RingHeader), 256u);
   EXPECT_EQ(sizeof(Doorbells), 256u);
   EXPECT_EQ(sizeof(Hello), 120u);
   EXPECT_EQ(sizeof(JobTuning), 24u);
   EXPECT_EQ(offsetof(OpDescriptor, compression), 60u);
-  EXPECT_EQ(kLayoutVersion, 3u);
+  EXPECT_EQ(kLayoutVersion, 4u);
 }
 
 TEST(Layout, PositionsSitOnTheirOwnLines) {

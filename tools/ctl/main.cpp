@@ -218,6 +218,12 @@ int cmd_metrics(const Options& o) {
   } else {
     snapshots.push_back(read_instance(o));
   }
+  if (o.json) {  // the same numbers as `counters --json`, one object per instance
+    Json all = Json::array();
+    for (const Snapshot& s : snapshots) all.push_back(counters_json(s, nullptr));
+    print_json(all);
+    return 0;
+  }
   print(metrics_text(snapshots));
   return 0;
 }

@@ -14,6 +14,9 @@ namespace nodecomm::ipc {
 struct Verdict {
   proto::Status status = proto::Status::kOk;
   std::string message;  // says which field, what it held, and what was expected
+  // A well-formed request over a configured limit (a count too large), which a correct
+  // client can send; anything else is a descriptor no correct client writes.
+  bool over_limit = false;
   bool ok() const { return status == proto::Status::kOk; }
 };
 

@@ -20,10 +20,12 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr size_t kLineBytes = 128;
 inline constexpr size_t kTensorNameBytes = 40;
-inline constexpr size_t kCompletionMessageBytes = 200;
+// Room for a mismatch report that lists every local rank's submission, or a failure that
+// nests the operation, the culprit and its operation before the reason.
+inline constexpr size_t kCompletionMessageBytes = 976;
 
 // One single-writer monotonic position alone on its line.
 struct alignas(kLineBytes) PaddedPosition {
@@ -96,7 +98,7 @@ struct Completion {
   char message[kCompletionMessageBytes];  // NUL-terminated error text; empty on success
 };
 static_assert(std::is_standard_layout_v<Completion> && std::is_trivially_copyable_v<Completion>);
-static_assert(sizeof(Completion) == 248);
+static_assert(sizeof(Completion) == 1024);
 static_assert(offsetof(Completion, new_comm_id) == 32);
 static_assert(offsetof(Completion, message) == 48);
 
