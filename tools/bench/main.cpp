@@ -286,6 +286,10 @@ int bench_main(int argc, char** argv) {
       case nodecomm::bench::RunMode::kProbe:
         rc = nodecomm::bench::run_probe(*backend, mode.probe);
         break;
+      case nodecomm::bench::RunMode::kSoak:
+        mode.soak.json_path = f.json;
+        rc = nodecomm::bench::run_soak(*backend, mode.soak);
+        break;
     }
     backend->finalize(true);
     return rc;

@@ -52,6 +52,17 @@ void add_extra_flags(CLI::App& app, ExtraFlags& f) {
   app.add_option("--steps", f.steps, "--workload: timed steps per pass")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--soak", f.soak_sec,
+                 "Instead of the size sweep: mixed collectives, dtypes, ops, sizes, communicators "
+                 "and buffers for SECONDS, every result checked; reports the daemon's memory at "
+                 "the start, after a warm-up and at the end (exit 1 on a wrong element or growth)")
+      ->check(CLI::Range(0.001, 1e6))
+      ->type_name("SECONDS");
+  app.add_option("--soak-seed", f.soak_seed, "--soak: seed of the draws (the same on all ranks)")
+      ->capture_default_str();
+  app.add_option("--soak-max-bytes", f.soak_max_bytes, "--soak: largest buffer of one call")
+      ->check(kBytes)
+      ->capture_default_str();
   app.add_flag("--priority-probe", f.priority_probe,
                "Instead of the size sweep: time a small priority-1 allreduce posted 5 ms after a "
                "big priority-0 one, and alone (--iters runs, default 10)");
@@ -117,6 +128,25 @@ RunSettings apply_runtime_settings(const ExtraFlags& f, nc_compress_t compress, 
 RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, bool mpi, Config& config) {
   RunMode m;
   m.arena_bytes = 0;
+  if (f.soak_sec > 0) {
+    for (const char* flag : {"--workload", "--priority-probe", "--op", "--batch", "--sizes",
+                             "--min-bytes", "--max-bytes", "--check", "--inplace", "--dtype",
+                             "--redop", "--compress"}) {
+      if (app.count(flag) > 0) {
+        throw CLI::ValidationError(flag, "is not for --soak, which draws its own mix");
+      }
+    }
+    m.kind = RunMode::kSoak;
+    m.soak.seconds = f.soak_sec;
+    m.soak.seed = f.soak_seed;
+    m.soak.max_bytes = *parse_bytes(f.soak_max_bytes);
+    m.arena_bytes = soak_arena_bytes(m.soak);
+    apply_runtime_settings(f, NC_COMPRESS_NONE, mpi);
+    return m;
+  }
+  for (const char* flag : {"--soak-seed", "--soak-max-bytes"}) {
+    if (app.count(flag) > 0) throw CLI::ValidationError(flag, "needs --soak");
+  }
   const bool workload = !f.workload.empty();
   if (workload && f.priority_probe) {
     throw CLI::ValidationError("--priority-probe", "runs on its own, not with --workload");

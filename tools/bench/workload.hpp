@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "soak.hpp"
 #include "bench.hpp"
 #include "nodecomm.h"
 
@@ -115,6 +116,9 @@ struct ExtraFlags {
   int64_t fusion_cycle_us = -1;
   std::string compress = "none";
   int batch = 1;
+  double soak_sec = 0;  // --soak SECONDS (soak.hpp); 0: no soak
+  uint64_t soak_seed = 1;
+  std::string soak_max_bytes = "2M";
 };
 void add_extra_flags(CLI::App& app, ExtraFlags& flags);
 // Sets NODECOMM_PRIORITY_POLICY, NODECOMM_FUSION, NODECOMM_FUSION_THRESHOLD and
@@ -127,9 +131,10 @@ RunSettings apply_runtime_settings(const ExtraFlags& flags, nc_compress_t compre
 // Throws CLI::ValidationError for a bad combination or --workload FILE, then sets the runtime
 // environment (apply_runtime_settings).
 struct RunMode {
-  enum Kind { kSweep, kWorkload, kProbe } kind = kSweep;
+  enum Kind { kSweep, kWorkload, kProbe, kSoak } kind = kSweep;
   WorkloadConfig workload;
   ProbeConfig probe;
+  SoakConfig soak;
   std::string note;      // for world rank 0's stderr, e.g. what the MPI backend ignores
   uint64_t arena_bytes;  // the nodecomm arena: 0 for the default
 };
