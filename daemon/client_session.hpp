@@ -60,6 +60,10 @@ class ClientSession {
   uint32_t world_rank = 0;
   // Set when the client broke the shared-memory protocol; the daemon then drops it.
   std::string violation;
+  // Set at accept when the daemon is at --max-clients: the hello is refused with it. Refusing
+  // only once the hello is read matters: closing a Unix socket with unread data resets it, and
+  // the client would lose the refusal.
+  std::string refusal;
   // Next sequence number expected from this client on each communicator.
   std::unordered_map<uint32_t, uint64_t> next_seq;
 

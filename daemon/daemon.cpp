@@ -297,10 +297,9 @@ void Daemon::accept_clients() {
     idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
     if (clients_.size() > config_.max_clients) {
-      reply_hello_error(*clients_[id], proto::Status::kQueueFull,
-                        fmt::format("nodecommd instance '{}' already serves {} clients (the limit, "
-                                    "--max-clients)",
-                                    config_.instance, config_.max_clients));
+      clients_[id]->refusal = fmt::format(
+          "nodecommd instance '{}' already serves {} clients (the limit, --max-clients)",
+          config_.instance, config_.max_clients);
     }
   }
 }
@@ -391,6 +390,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
   }
   const std::string job_name = hello.job;
+  if (!client.refusal.empty()) return reply_hello_error(client, Status::kQueueFull, client.refusal);
   if (!lost_peer_.empty()) {
     return reply_hello_error(client, Status::kPeerLost,
                              fmt::format("this daemon's group cannot run jobs any more: {}; "

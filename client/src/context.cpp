@@ -208,14 +208,15 @@ Result Context::attach(const Settings& s) {
   hello.arena_bytes = s.arena_bytes;
   ipc::copy_text(hello.job, s.job);
   hello.tuning = s.tuning;
-  if (ipc::send_message(socket_.get(), &hello, sizeof(hello)) != ipc::IoResult::kOk) {
-    return daemon_lost("sending hello");
-  }
-  const int timeout_ms = static_cast<int>(std::min(s.timeout_sec * 1000.0, 2.0e9));
+  // A daemon at its client limit refuses at accept and closes: the hello then fails to send,
+  // but the refusal is already waiting on the socket.
+  const bool sent = ipc::send_message(socket_.get(), &hello, sizeof(hello)) == ipc::IoResult::kOk;
+  const int timeout_ms = sent ? static_cast<int>(std::min(s.timeout_sec * 1000.0, 2.0e9)) : 100;
   proto::HelloReply reply{};
   size_t size = 0;
   ipc::IoResult io =
       ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
+  if (!sent && (io != ipc::IoResult::kOk || reply.status == 0)) return daemon_lost("sending hello");
   if (io == ipc::IoResult::kTimeout) {
     return fail(NC_ERR_TIMEOUT, fmt::format("nodecommd at {} did not answer hello within {:.0f} s",
                                             path, s.timeout_sec));
