@@ -410,7 +410,26 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   const bool recv_in_arena = recv_bytes == 0 || in_arena(a.recv, recv_bytes, d.recv_offset);
   if (send_bytes == 0) d.send_offset = 0;
   if (recv_bytes == 0) d.recv_offset = 0;
-  if (!send_in_arena || !recv_in_arena) {
+  if ((!send_in_arena || !recv_in_arena) && in_place) {
+    // Copy path in place: one block holds the caller's outer buffer, copied in whole and the
+    // result copied out, and the daemon still works in place (half the arena of two blocks).
+    const bool outer_is_recv = layout.kind == proto::InPlace::kSendInRecv;
+    const uint64_t outer_bytes = outer_is_recv ? recv_bytes : send_bytes;
+    const auto block = arena_.allocate(outer_bytes, 64);
+    if (!block) {
+      return fail(NC_ERR_NO_MEMORY,
+                  fmt::format("{} in place on memory outside the arena needs {} bytes of arena and "
+                              "the arena has {} free; use nc_alloc buffers or a bigger arena",
+                              describe(r), outer_bytes, arena_.free_bytes()));
+    }
+    std::memcpy(segment_.arena() + *block, outer_is_recv ? a.recv : a.send, outer_bytes);
+    r.temp_send = *block;
+    d.send_offset = outer_is_recv ? *block + shift : *block;
+    d.recv_offset = outer_is_recv ? *block : *block + shift;
+    r.recv_copy_from = d.recv_offset;
+    r.user_recv = a.recv;
+    r.recv_bytes = recv_bytes;
+  } else if (!send_in_arena || !recv_in_arena) {
     // Copy path: the daemon works on temporary arena blocks; the input is copied in now and
     // the result out on completion. Aliasing in the caller's memory no longer matters.
     const auto temp_send = send_bytes > 0 ? arena_.allocate(send_bytes, 64) : uint64_t{0};
@@ -435,6 +454,7 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
     d.send_offset = *temp_send;
     d.recv_offset = *temp_recv;
     d.flags = 0;
+    r.recv_copy_from = *temp_recv;
     r.user_recv = a.recv;
     r.recv_bytes = recv_bytes;
   }
@@ -517,7 +537,7 @@ Result Context::retire(std::unordered_map<nc_request_t, Request>::iterator it) {
   requests_.erase(it);
   if (id == pending_comm_op_) last_comm_op_ = req;
   if (req.status == NC_OK && req.recv_bytes > 0) {
-    std::memcpy(req.user_recv, segment_.arena() + req.temp_recv, req.recv_bytes);
+    std::memcpy(req.user_recv, segment_.arena() + req.recv_copy_from, req.recv_bytes);
   }
   release_temporaries(req);
   if (req.status == NC_OK) return Result::ok();

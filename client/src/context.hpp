@@ -97,6 +97,7 @@ class Context {
     // Copy path: the daemon works on arena blocks; results go back to the caller's buffer.
     uint64_t temp_send = kNoBlock;
     uint64_t temp_recv = kNoBlock;
+    uint64_t recv_copy_from = 0;  // copy path: where the result is in the arena
     uint64_t temp_aux = kNoBlock;
     void* user_recv = nullptr;
     uint64_t recv_bytes = 0;

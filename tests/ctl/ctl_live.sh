@@ -5,8 +5,9 @@
 #  2. `set chunk-size 64K` on node 0 mid-job: both daemons adopt it at their next scheduling
 #     round (agreed-chunk-size), and the ring's slices per allreduce (ring_slices /
 #     ring_allreduces over an interval) grow, while every allreduce still completes;
-#  3. set is refused for another uid (nobody) with exit 1 and "permission denied", refused for a
-#     bad value or a restart-only key with exit 1 naming them, and usage errors exit 2;
+#  3. set is refused for another uid (nobody) with exit 1 and "permission denied", but allowed
+#     for a member of the admin-group (a second, loopback daemon with --admin-group nogroup);
+#     refused for a bad value or a restart-only key with exit 1 naming them; usage errors exit 2;
 #  4. metrics passes check_metrics.py (Prometheus text format);
 #  5. trace start/stop writes Chrome trace-event JSON whose operations are the allreduces that
 #     ran in between.
@@ -125,6 +126,25 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     fail "the refused set changed chunk-size"
   setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" status --instance "$I0" >/dev/null &&
     pass "status works for uid 65534 (counters are 0644)" || fail "status as nobody"
+  # admin-group: a member (primary group, or supplementary via SO_PEERGROUPS) may set.
+  if getent group nogroup >/dev/null; then
+    gid=$(getent group nogroup | cut -d: -f3)
+    chmod 0755 "$work"
+    "$BIN/nodecommd" --config none --transport loopback --instance "ctl-admin-$$" \
+      --runtime-dir "$work/admin-rt" --cores none --idle backoff --admin-group nogroup \
+      >"$work/admin.log" 2>&1 &
+    admin_pid=$!
+    for _ in $(seq 100); do [ -f "$work/admin-rt/nodecommd.ready" ] && break; sleep 0.1; done
+    as_member() { setpriv --reuid=65534 --regid=0 --groups="$gid" "$CTL" "$@" --instance "ctl-admin-$$"; }
+    as_other() { setpriv --reuid=65534 --regid=0 --clear-groups "$CTL" "$@" --instance "ctl-admin-$$"; }
+    as_member set log-level debug >/dev/null && pass "admin-group member (supplementary group) may set" ||
+      fail "admin-group member refused"
+    err=$(as_other set log-level info 2>&1)
+    [ $? -eq 1 ] && echo "$err" | grep -q "members of admin-group 'nogroup'" &&
+      pass "non-member refused, naming the admin-group" || fail "non-member: $err"
+    kill -TERM "$admin_pid"
+    wait "$admin_pid"
+  fi
 else
   echo "ctl_live: skipped the second-uid check (needs root and setpriv)"
 fi
