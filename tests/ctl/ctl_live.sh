@@ -17,14 +17,8 @@ set -uo pipefail
 BIN=${1:?usage: ctl_live.sh BIN_DIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 CTL=$BIN/nodecommctl
-failures=0
-pass() { echo "ctl_live: ok: $*"; }
-fail() {
-  echo "ctl_live: FAILED: $*"
-  failures=$((failures + 1))
-}
-# json EXPR: evaluates a Python expression over the JSON on stdin, bound to d.
-json() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+TEST_NAME=ctl_live
+source "$(dirname "$0")/check_helpers.sh"
 
 work=$(mktemp -d /tmp/nc-ctl.XXXXXX)
 # The bench runs until it is killed. --sched-chunk-size=4M keeps every scheduled unit large
@@ -207,5 +201,4 @@ print(f"ctl_live: trace: {len(ops)} operations (seq {min(seqs)}..{max(seqs)}), {
 EOF
 
 kill -0 "$lp" 2>/dev/null && pass "the job is still running" || fail "the job ended early: $(tail -20 "$work/launch.log")"
-echo "ctl_live: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_checks

@@ -8,13 +8,8 @@ set -uo pipefail
 
 BIN=${1:?usage: ctl_stall.sh BIN_DIR}
 CTL=$BIN/nodecommctl
-failures=0
-pass() { echo "ctl_stall: ok: $*"; }
-fail() {
-  echo "ctl_stall: FAILED: $*"
-  failures=$((failures + 1))
-}
-json() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+TEST_NAME=ctl_stall
+source "$(dirname "$0")/check_helpers.sh"
 
 work=$(mktemp -d /tmp/nc-ctl-stall.XXXXXX)
 "$BIN/nodecomm-launch" --timeout 60 --nodes 1 --ranks-per-node 3 --daemon-arg=--config=none \
@@ -55,5 +50,4 @@ wait "$lp"
 rc=$?
 [ "$rc" -eq 0 ] && pass "error_paths stall passed (the timeout named rank 2)" ||
   fail "error_paths stall exit $rc: $(tail -20 "$work/launch.log")"
-echo "ctl_stall: $failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_checks

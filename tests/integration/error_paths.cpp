@@ -88,17 +88,24 @@ double now_sec() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// A 16-element arena buffer and one good allreduce on it, so that every daemon is in the
+// running job before a test kills something. Non-zero on failure.
+int first_allreduce(nc_context_t* ctx, double** buf) {
+  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(buf)) != NC_OK) return 1;
+  nc_request_t req = 0;
+  if (nc_allreduce(ctx, *buf, *buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
+      nc_wait(ctx, req) != NC_OK) {
+    return expect(false, nc_world_rank(ctx), "a first allreduce to succeed", nc_last_error());
+  }
+  return 0;
+}
+
 int remote_kill(nc_context_t* ctx) {
   const int rank = nc_world_rank(ctx);
   const int size = nc_world_size(ctx);
   double* buf = nullptr;
-  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
-  // One good allreduce first, so every daemon is in the running job.
+  if (int bad = first_allreduce(ctx, &buf)) return bad;
   nc_request_t req = 0;
-  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
-      nc_wait(ctx, req) != NC_OK) {
-    return expect(false, rank, "a first allreduce to succeed", nc_last_error());
-  }
   if (rank == size - 1) {
     usleep(200 * 1000);  // let the others post and wait
     kill(getpid(), SIGKILL);
@@ -141,12 +148,8 @@ int daemon_kill(nc_context_t* ctx) {
   const int node = nc_node_index(ctx);
   const int last = nc_node_count(ctx) - 1;
   double* buf = nullptr;
-  if (nc_alloc(ctx, 16 * sizeof(double), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+  if (int bad = first_allreduce(ctx, &buf)) return bad;
   nc_request_t req = 0;
-  if (nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK ||
-      nc_wait(ctx, req) != NC_OK) {
-    return expect(false, rank, "a first allreduce to succeed", nc_last_error());
-  }
   if (node == last && nc_local_rank(ctx) == 0) {
     const pid_t pid = daemon_pid();
     if (pid <= 0) return expect(false, rank, "the daemon's pid in its ready file", "none");

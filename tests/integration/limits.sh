@@ -18,24 +18,12 @@ daemon_pid=""
 holders=()
 cleanup() {
   for p in "${holders[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$daemon_pid" 2>/dev/null || true
-  fi
+  stop_standalone_daemon
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-"$BIN/nodecommd" --config none --transport loopback --instance "limits.$$" --runtime-dir "$rt" \
-  --cores none --idle backoff --max-clients 2 --max-arena 64M --log-level debug >"$work/daemon.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 200); do
-  [ -f "$rt/nodecommd.ready" ] && break
-  kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd exited at start"
-  sleep 0.1
-done
-[ -f "$rt/nodecommd.ready" ] || fail "nodecommd not ready after 20 s"
+source "$(dirname "$0")/standalone_daemon.sh"
+start_standalone_daemon "$rt" "limits.$$" --max-clients 2 --max-arena 64M --log-level debug
 client_env=(env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_TIMEOUT_SEC=20)
 run_timeout() { timeout --kill-after=5 30 "$@"; }
 

@@ -45,25 +45,13 @@ chown "$uid:$gid" "$work/user"
 rt="$work/rt"
 daemon_pid=""
 cleanup() {
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$daemon_pid" 2>/dev/null || true
-  fi
+  stop_standalone_daemon
   rm -rf "$work"
 }
 trap cleanup EXIT
-
+source "$(dirname "$0")/standalone_daemon.sh"
 instance="uidtest.$$"
-"$BIN/nodecommd" --config none --transport loopback --instance "$instance" --runtime-dir "$rt" \
-  --cores none --idle backoff --log-level debug >"$work/daemon.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 200); do
-  [ -f "$rt/nodecommd.ready" ] && break
-  kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd exited at start"
-  sleep 0.1
-done
-[ -f "$rt/nodecommd.ready" ] || fail "nodecommd not ready after 20 s"
+start_standalone_daemon "$rt" "$instance" --log-level debug
 
 # The runtime directory and socket permissions documented in docs/TROUBLESHOOTING.md.
 [ "$(stat -c %a "$rt")" = 755 ] || fail "runtime dir $rt is mode $(stat -c %a "$rt"), not 755"
@@ -128,20 +116,14 @@ kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd died"
 
 # 3. A daemon that allows the other uid (--allow-uids, by name): it joins root's job and both
 #    ranks get exact results.
-kill -TERM "$daemon_pid"
-wait "$daemon_pid" 2>/dev/null || true
+stop_standalone_daemon
 rm -rf "$rt"
-"$BIN/nodecommd" --config none --transport loopback --instance "$instance" --runtime-dir "$rt" \
-  --cores none --idle backoff --log-level debug --allow-uids "$USER_NAME" \
-  >"$work/daemon2.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 200); do [ -f "$rt/nodecommd.ready" ] && break; sleep 0.1; done
-[ -f "$rt/nodecommd.ready" ] || fail "the second nodecommd was not ready after 20 s"
+start_standalone_daemon "$rt" "$instance" --log-level debug --allow-uids "$USER_NAME"
 run_timeout "${client_env[@]}" NODECOMM_JOB=sharedjob NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=2 \
   "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/shared0.log" 2>&1 &
 shared0=$!
 for _ in $(seq 200); do
-  grep -q "job sharedjob: local rank 0 attached" "$work/daemon2.log" && break
+  grep -q "job sharedjob: local rank 0 attached" "$work/daemon.log" && break
   sleep 0.1
 done
 run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=sharedjob \
