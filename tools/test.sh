@@ -2,7 +2,7 @@
 # One command: install dependencies, build, and run every test (unit and integration).
 #   bash tools/test.sh            # from the repository root
 # Environment: BUILD_DIR (default build), JOBS (build parallelism, default nproc),
-# CTEST_ARGS (extra ctest arguments, e.g. "-L unit").
+# CTEST_ARGS (extra ctest arguments, e.g. "-L unit"), SANITIZERS (0 skips the sanitizer stage).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -14,3 +14,10 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
 cd "$BUILD_DIR"
 # The full correctness matrix (label "full") is opt-in: ctest -L full.
 ctest --output-on-failure --timeout 400 -LE full ${CTEST_ARGS:-}
+cd ..
+# Sanitizers: the unit tests, the integration tests that cover the daemon's paths and a soak
+# under ASan+UBSan, and the ring tests under TSan (tools/sanitize.sh --ci). SANITIZERS=0
+# skips them, e.g. for a quick local run.
+if [ "${SANITIZERS:-1}" != 0 ]; then
+  bash tools/sanitize.sh --ci
+fi
