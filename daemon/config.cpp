@@ -186,6 +186,12 @@ void define_settings(CLI::App& app, Vars& v) {
                  "naming that node (0: never)")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
+  app.add_option("--client-timeout-sec", c.client_timeout_sec,
+                 "Drop a client whose library has not written its heartbeat (every 0.2 s) for "
+                 "this many seconds: a stopped, frozen or starved process; its operations fail "
+                 "for every peer, naming it (0: never)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--op-timeout-sec", c.limits.op_timeout_sec,
                  "Fail an operation that has not reached the network after this many seconds "
                  "(0: never)")

@@ -39,6 +39,8 @@ struct DaemonConfig {
   EngineLimits limits;
   // Another node's daemon silent this long is lost (Transport::check_peers); 0: never.
   double peer_timeout_sec = 3.0;
+  // A client whose library has not written its heartbeat this long is dropped; 0: never.
+  double client_timeout_sec = 3.0;
   // Other uids, and members of these groups (names or gids), may join a job that another uid
   // started; by default a job admits only its first rank's uid.
   std::vector<std::string> allow_uids;

@@ -22,6 +22,7 @@
 
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
@@ -235,9 +236,26 @@ void Daemon::check_peers(uint64_t now) {
   }
 }
 
+void Daemon::check_client_heartbeats(uint64_t now) {
+  if (config_.client_timeout_sec <= 0) return;
+  const auto timeout_ns = static_cast<uint64_t>(config_.client_timeout_sec * 1e9);
+  for (auto& [id, client] : clients_) {
+    if (client->state() != ClientSession::State::kJoined) continue;
+    // relaxed: a timestamp from the client's clock thread; nothing else is read through it.
+    const uint64_t beat = ipc::load_u64(client->segment().doorbells().client_heartbeat_ns,
+                                        std::memory_order_relaxed);
+    // 0: a library without a heartbeat thread (or none written yet); it is never timed out.
+    if (beat == 0 || now <= beat || now - beat <= timeout_ns) continue;
+    drop(*client, fmt::format("sent no heartbeat for {:.1f} s (--client-timeout-sec): the "
+                              "process is stopped, frozen or starved of CPU",
+                              static_cast<double>(now - beat) / 1e9));
+  }
+}
+
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
   check_peers(now);
+  check_client_heartbeats(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
   counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
                          transport_);

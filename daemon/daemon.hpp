@@ -72,6 +72,8 @@ class Daemon {
   void heartbeat();
   // Heartbeats with the other daemons; a lost one fails the job's multi-node work.
   void check_peers(uint64_t now);
+  // Drops joined clients whose library stopped writing its heartbeat.
+  void check_client_heartbeats(uint64_t now);
 
   DaemonConfig config_;
   Transport& transport_;

@@ -273,7 +273,21 @@ Result Context::attach(const Settings& s) {
   world_size_ = ready.world_size;
   node_index_ = ready.node_index;
   node_count_ = ready.node_count;
+  start_heartbeat();
   return Result::ok();
+}
+
+void Context::start_heartbeat() {
+  constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(200);
+  heartbeat_ = std::jthread([this, kHeartbeatPeriod](std::stop_token stop) {
+    std::unique_lock lock(heartbeat_mutex_);
+    while (!stop.stop_requested()) {
+      // relaxed: a timestamp the daemon compares with its own clock; it publishes nothing.
+      ipc::store_u64(segment_.doorbells().client_heartbeat_ns, ipc::monotonic_ns(),
+                     std::memory_order_relaxed);
+      heartbeat_cv_.wait_for(lock, stop, kHeartbeatPeriod, [] { return false; });
+    }
+  });
 }
 
 Context::~Context() = default;

@@ -3,8 +3,10 @@
 // allocator, and the table of requests in flight.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_map>
 
@@ -126,6 +128,9 @@ class Context {
   bool in_arena(const void* p, uint64_t bytes, uint64_t& offset) const;
   std::string describe(const Request& r) const;
   Result daemon_lost(const std::string& during) const;
+  // Writes the segment's client heartbeat while the context lives, so that the daemon can tell
+  // a stopped or frozen process (no heartbeat) from a slow one (stall reports).
+  void start_heartbeat();
 
   Settings settings_;
   ipc::Fd socket_;
@@ -148,6 +153,9 @@ class Context {
   uint32_t world_size_ = 0;
   uint32_t node_index_ = 0;
   uint32_t node_count_ = 0;
+  std::mutex heartbeat_mutex_;
+  std::condition_variable_any heartbeat_cv_;
+  std::jthread heartbeat_;  // last: stops before the segment is unmapped
 };
 
 }  // namespace nodecomm::client

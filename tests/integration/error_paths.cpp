@@ -177,6 +177,40 @@ int daemon_kill(nc_context_t* ctx) {
   return bad;
 }
 
+// The last rank stops itself (SIGSTOP) mid-job, alive but wedged: its daemon misses its
+// heartbeat and every other rank, on every node, gets NC_ERR_PEER_LOST naming it within 5 s.
+// A child of the stopped rank SIGKILLs it 8 s later, so the job ends.
+int wedged(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  const int size = nc_world_size(ctx);
+  double* buf = nullptr;
+  if (int bad = first_allreduce(ctx, &buf)) return bad;
+  if (rank == size - 1) {
+    const pid_t self = getpid();
+    if (fork() == 0) {
+      sleep(8);
+      kill(self, SIGKILL);
+      _exit(0);
+    }
+    usleep(200 * 1000);  // let the others post and wait
+    raise(SIGSTOP);
+  }
+  const double start = now_sec();
+  nc_request_t req = 0;
+  nc_status_t s = nc_allreduce(ctx, buf, buf, 16, NC_F64, NC_SUM, NC_COMM_WORLD, nullptr, &req);
+  if (s == NC_OK) s = nc_wait(ctx, req);
+  const double waited = now_sec() - start;
+  const std::string lost = "rank " + std::to_string(size - 1);
+  int bad = expect(s == NC_ERR_PEER_LOST, rank, "NC_ERR_PEER_LOST", nc_last_error());
+  bad += expect(contains(nc_last_error(), lost.c_str()) &&
+                    contains(nc_last_error(), "sent no heartbeat"),
+                rank, "the wedged rank to be named", nc_last_error());
+  bad += expect(waited < 5.0, rank, "the error within 5 s", std::to_string(waited).c_str());
+  std::printf("error_paths rank %d (node %d): told in %.2f s: %s\n", rank, nc_node_index(ctx),
+              waited, nc_last_error());
+  return bad;
+}
+
 int stall(nc_context_t* ctx) {
   const int rank = nc_world_rank(ctx);
   const int size = nc_world_size(ctx);
@@ -278,13 +312,14 @@ int requests(nc_context_t* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|daemon-kill|stall|local-checks|requests\n");
+    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|daemon-kill|wedged|stall|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
   nc_init_options_default(&opts);
   if (std::strcmp(argv[1], "peer-exit") == 0) opts.timeout_sec = 8;
-  if (std::strcmp(argv[1], "remote-kill") == 0 || std::strcmp(argv[1], "daemon-kill") == 0) {
+  if (std::strcmp(argv[1], "remote-kill") == 0 || std::strcmp(argv[1], "daemon-kill") == 0 ||
+      std::strcmp(argv[1], "wedged") == 0) {
     opts.timeout_sec = 30;  // must not be the cause
   }
   nc_context_t* ctx = nullptr;
@@ -301,6 +336,8 @@ int main(int argc, char** argv) {
     bad = remote_kill(ctx);
   } else if (std::strcmp(argv[1], "daemon-kill") == 0) {
     bad = daemon_kill(ctx);
+  } else if (std::strcmp(argv[1], "wedged") == 0) {
+    bad = wedged(ctx);
   } else if (std::strcmp(argv[1], "stall") == 0) {
     bad = stall(ctx);
   } else if (std::strcmp(argv[1], "requests") == 0) {

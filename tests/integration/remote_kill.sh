@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# A rank on the last node SIGKILLs itself mid-job (error_paths remote-kill). The launcher then
-# reports that rank's death (exit 1), and every other rank, on both nodes, must have been told
-# NC_ERR_PEER_LOST naming it within 5 s: three "saw the expected errors" lines.
-#   remote_kill.sh BIN_DIR
+# The last rank dies mid-job: it SIGKILLs itself (error_paths remote-kill), or stops itself
+# with SIGSTOP and is SIGKILLed 8 s later (error_paths wedged: its heartbeat stops). The
+# launcher then reports that rank's death (exit 1), and every other rank, on both nodes, must
+# have been told NC_ERR_PEER_LOST naming it within 5 s: three "saw the expected errors" lines.
+#   remote_kill.sh BIN_DIR [remote-kill|wedged]
 set -uo pipefail
 BIN=$1
+MODE=${2:-remote-kill}
 out=$(NODECOMM_TIMEOUT_SEC=30 "$BIN/nodecomm-launch" --timeout 60 --nodes 2 --ranks-per-node 2 \
-      -- "$BIN/error_paths" remote-kill 2>&1)
+      -- "$BIN/error_paths" "$MODE" 2>&1)
 status=$?
 echo "$out" | grep -E "error_paths|nodecomm-launch:" || true
 if [ "$status" -ne 1 ]; then
