@@ -30,6 +30,8 @@ class ClientSession {
 
   uint32_t id() const { return id_; }
   int fd() const { return fd_.get(); }
+  // A dropped client's socket is closed at once (it sees EOF), not when its job ends.
+  void close_socket() { fd_ = ipc::Fd(); }
   const ipc::PeerCredentials& cred() const { return cred_; }
   State state() const { return state_; }
   void set_state(State s) { state_ = s; }

@@ -611,6 +611,7 @@ void Daemon::drop(ClientSession& client, const std::string& why) {
   client.set_state(ClientSession::State::kClosed);
   client.unlink_segment_name();
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, client.fd(), nullptr);
+  client.close_socket();
   Job* job = client.job;
   const bool loss =
       job != nullptr && job->state == Job::State::kRunning && why != "called finalize";
