@@ -2,12 +2,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
 #include <unistd.h>
-#include <grp.h>
-#include <pwd.h>
 #include <xxhash.h>
 
 #include <cerrno>
@@ -22,8 +22,8 @@
 
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
-#include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "notify.hpp"
@@ -242,8 +242,8 @@ void Daemon::check_client_heartbeats(uint64_t now) {
   for (auto& [id, client] : clients_) {
     if (client->state() != ClientSession::State::kJoined) continue;
     // relaxed: a timestamp from the client's clock thread; nothing else is read through it.
-    const uint64_t beat = ipc::load_u64(client->segment().doorbells().client_heartbeat_ns,
-                                        std::memory_order_relaxed);
+    const uint64_t beat =
+        ipc::load_u64(client->segment().doorbells().client_heartbeat_ns, std::memory_order_relaxed);
     // 0: a library without a heartbeat thread (or none written yet); it is never timed out.
     if (beat == 0 || now <= beat || now - beat <= timeout_ns) continue;
     drop(*client, fmt::format("sent no heartbeat for {:.1f} s (--client-timeout-sec): the "

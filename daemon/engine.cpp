@@ -13,10 +13,10 @@
 #include "comm_split.hpp"
 #include "counters.hpp"
 #include "log.hpp"
-#include "op_check.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
+#include "op_check.hpp"
 
 namespace nodecomm::daemon {
 
@@ -131,7 +131,8 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                                          describe_submission(desc), desc.seq, verdict.message);
     fail_one(member, desc, verdict.status, text);
     comm.poison(Status::kPeerLost, "invalid operation from " + text);
-    notices_.push_back({member.world_rank, Status::kInvalidArgument, "invalid operation from " + text});
+    notices_.push_back(
+        {member.world_rank, Status::kInvalidArgument, "invalid operation from " + text});
     // A descriptor no correct client writes: its memory cannot be trusted any more.
     if (!verdict.over_limit) member.violation = "invalid descriptor: " + text;
     return;
@@ -247,8 +248,7 @@ size_t Engine::cross_check(Communicator& comm, Operation& op) {
   if (op.check == 0) {
     op.check_records.assign(lay.node_count, OpSummary{});
     op.check_records[lay.node_index] = summarize(op.seq, op.first());
-    op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(),
-                                         sizeof(OpSummary));
+    op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(), sizeof(OpSummary));
     ++inter_node_ops_;
   }
   bool done = false;

@@ -253,16 +253,19 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     const auto announced = sched.announced.find(sched.floor + i);
     const std::string disagreement =
         announced == sched.announced.end()
-            ? fmt::format("scheduling on comm {}: seq {} is ready on every node but was not "
-                          "announced by all",
-                          comm.id(), sched.floor + i)
+            ? fmt::format(
+                  "scheduling on comm {}: seq {} is ready on every node but was not "
+                  "announced by all",
+                  comm.id(), sched.floor + i)
             : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay);
     if (!disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;
     }
   }
-  const auto priority_of = [&](uint64_t i) { return sched.announced[sched.floor + i][0]->priority; };
+  const auto priority_of = [&](uint64_t i) {
+    return sched.announced[sched.floor + i][0]->priority;
+  };
   if (policy == proto::PriorityPolicy::kDirect) {
     std::stable_sort(eligible.begin(), eligible.end(),
                      [&](uint64_t a, uint64_t b) { return priority_of(a) > priority_of(b); });

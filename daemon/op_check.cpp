@@ -27,9 +27,8 @@ OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc) {
 namespace {
 
 bool same_operation(const OpSummary& a, const OpSummary& b) {
-  return a.seq == b.seq && a.count == b.count && a.root == b.root &&
-         a.collective == b.collective && a.dtype == b.dtype && a.redop == b.redop &&
-         a.compression == b.compression;
+  return a.seq == b.seq && a.count == b.count && a.root == b.root && a.collective == b.collective &&
+         a.dtype == b.dtype && a.redop == b.redop && a.compression == b.compression;
 }
 
 std::string describe(const OpSummary& s) {

@@ -20,9 +20,9 @@ struct CommLayout;
 // communicator must pass alike. It travels between daemons, so it is fixed-width.
 struct OpSummary {
   uint64_t seq;
-  uint64_t count;     // 0 for collectives whose counts differ by rank (v-collectives, split)
-  uint32_t root;      // 0 for collectives without a root
-  int32_t priority;   // not compared: node 0's priority orders the schedule
+  uint64_t count;    // 0 for collectives whose counts differ by rank (v-collectives, split)
+  uint32_t root;     // 0 for collectives without a root
+  int32_t priority;  // not compared: node 0's priority orders the schedule
   uint8_t collective;
   uint8_t dtype;
   uint8_t redop;

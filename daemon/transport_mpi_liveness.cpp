@@ -74,9 +74,9 @@ std::vector<Transport::LostPeer> MpiPeerLiveness::check(uint64_t now_ns, uint64_
     if (timeout_ns > 0 && now_ns - peer.last_heard_ns > timeout_ns) {
       peer.lost = true;
       any_lost_ = true;
-      const std::string who =
-          peer.pid != 0 ? fmt::format("its daemon (pid {} on {})", peer.pid, peer.host)
-                        : std::string("its daemon");
+      const std::string who = peer.pid != 0
+                                  ? fmt::format("its daemon (pid {} on {})", peer.pid, peer.host)
+                                  : std::string("its daemon");
       lost.push_back({p, fmt::format("node {} lost: {} sent no heartbeat for {:.1f} s", p, who,
                                      static_cast<double>(now_ns - peer.last_heard_ns) / 1e9)});
     }

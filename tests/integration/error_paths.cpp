@@ -202,9 +202,9 @@ int wedged(nc_context_t* ctx) {
   const double waited = now_sec() - start;
   const std::string lost = "rank " + std::to_string(size - 1);
   int bad = expect(s == NC_ERR_PEER_LOST, rank, "NC_ERR_PEER_LOST", nc_last_error());
-  bad += expect(contains(nc_last_error(), lost.c_str()) &&
-                    contains(nc_last_error(), "sent no heartbeat"),
-                rank, "the wedged rank to be named", nc_last_error());
+  bad += expect(
+      contains(nc_last_error(), lost.c_str()) && contains(nc_last_error(), "sent no heartbeat"),
+      rank, "the wedged rank to be named", nc_last_error());
   bad += expect(waited < 5.0, rank, "the error within 5 s", std::to_string(waited).c_str());
   std::printf("error_paths rank %d (node %d): told in %.2f s: %s\n", rank, nc_node_index(ctx),
               waited, nc_last_error());
@@ -312,7 +312,9 @@ int requests(nc_context_t* ctx) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: error_paths mismatch|peer-exit|remote-kill|daemon-kill|wedged|stall|local-checks|requests\n");
+    std::fprintf(stderr,
+                 "usage: error_paths "
+                 "mismatch|peer-exit|remote-kill|daemon-kill|wedged|stall|local-checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;

@@ -58,7 +58,7 @@ struct Draw {
   bool heap;
 };
 
-constexpr std::array<nc_dtype_t, 7> kDtypes = {NC_F32, NC_F64, NC_I32, NC_I64,
+constexpr std::array<nc_dtype_t, 7> kDtypes = {NC_F32, NC_F64,  NC_I32, NC_I64,
                                                NC_F16, NC_BF16, NC_U8};
 constexpr std::array<nc_redop_t, 5> kOps = {NC_SUM, NC_PROD, NC_MIN, NC_MAX, NC_AVG};
 constexpr std::array<Collective, 11> kCollectives = kBenchCollectives;
@@ -132,9 +132,16 @@ struct Prepared {
 std::unique_ptr<Prepared> prepare(Backend& b, const Draw& d, uint64_t iteration, size_t part) {
   const int rank = d.in_group ? b.group_rank() : b.world_rank();
   const int size = d.in_group ? b.group_size() : b.world_size();
-  auto p = std::unique_ptr<Prepared>(new Prepared{
-      d, CollectiveCase(d.collective, d.dtype, d.op, size, d.root, d.count), rank, {}, {}, {},
-      {}, fmt::format("soak.{}.{}", iteration, part), {}});
+  auto p = std::unique_ptr<Prepared>(
+      new Prepared{d,
+                   CollectiveCase(d.collective, d.dtype, d.op, size, d.root, d.count),
+                   rank,
+                   {},
+                   {},
+                   {},
+                   {},
+                   fmt::format("soak.{}.{}", iteration, part),
+                   {}});
   const Shape& shape = p->reference.shape();
   const size_t elem = p->reference.element_bytes();
   Call& call = p->call;
@@ -170,9 +177,9 @@ std::unique_ptr<Prepared> prepare(Backend& b, const Draw& d, uint64_t iteration,
 // Wrong elements of a finished call; the first few are printed with the call.
 uint64_t check(const Prepared& p, int world_rank, uint64_t iteration) {
   std::vector<Mismatch> shown;
-  const uint64_t wrong =
-      p.d.inplace ? p.reference.verify_inplace(p.rank, p.send->get(), &shown, 3)
-                  : p.reference.verify(p.rank, p.send->get(), p.recv->get(), &shown, 3);
+  const uint64_t wrong = p.d.inplace
+                             ? p.reference.verify_inplace(p.rank, p.send->get(), &shown, 3)
+                             : p.reference.verify(p.rank, p.send->get(), p.recv->get(), &shown, 3);
   if (wrong == 0) return 0;
   fmt::print(stderr,
              "nodecomm-bench --soak: rank {} iteration {}: {} {} {} count {} root {} on {} ({}, "
@@ -255,25 +262,27 @@ int run_soak(Backend& b, const SoakConfig& config) {
   if (rss_warm == 0) rss_warm = rss_end;
   const uint64_t growth = rss_end > rss_warm ? rss_end - rss_warm : 0;
   const bool flat =
-      growth <= std::max<uint64_t>(kFlatSlackBytes,
-                                   static_cast<uint64_t>(kFlatSlackFraction *
-                                                         static_cast<double>(rss_warm)));
+      growth <=
+      std::max<uint64_t>(kFlatSlackBytes,
+                         static_cast<uint64_t>(kFlatSlackFraction * static_cast<double>(rss_warm)));
   // Every rank's wrong count and verdict, summed: rank 0 reports for all.
   int64_t totals[2] = {static_cast<int64_t>(wrong), flat ? 0 : 1};
   b.allreduce(totals, totals, 2, NC_I64, NC_SUM);
   if (b.local_size() > 0 && rss_end > 0 && (rank == 0 || !flat)) {
-    fmt::print("# soak: rank {} daemon RSS {:.1f} MiB at start, {:.1f} MiB after warm-up, "
-               "{:.1f} MiB at the end ({})\n",
-               rank, static_cast<double>(rss_start) / 1048576, static_cast<double>(rss_warm) / 1048576,
-               static_cast<double>(rss_end) / 1048576, flat ? "flat" : "GREW");
+    fmt::print(
+        "# soak: rank {} daemon RSS {:.1f} MiB at start, {:.1f} MiB after warm-up, "
+        "{:.1f} MiB at the end ({})\n",
+        rank, static_cast<double>(rss_start) / 1048576, static_cast<double>(rss_warm) / 1048576,
+        static_cast<double>(rss_end) / 1048576, flat ? "flat" : "GREW");
   }
   if (rank == 0) {
     std::string mix;
     for (const auto& [name, n] : by_collective) mix += fmt::format(" {}:{}", name, n);
-    fmt::print("# soak: {} iterations, {} operations, {:.1f} MiB moved per rank in {:.1f} s; "
-               "wrong elements (all ranks): {}; memory: {}\n# soak mix:{}\n",
-               iterations, operations, static_cast<double>(bytes) / 1048576, elapsed, totals[0],
-               totals[1] == 0 ? "flat" : "grew", mix);
+    fmt::print(
+        "# soak: {} iterations, {} operations, {:.1f} MiB moved per rank in {:.1f} s; "
+        "wrong elements (all ranks): {}; memory: {}\n# soak mix:{}\n",
+        iterations, operations, static_cast<double>(bytes) / 1048576, elapsed, totals[0],
+        totals[1] == 0 ? "flat" : "grew", mix);
     if (!config.json_path.empty()) {
       std::ofstream out(config.json_path, std::ios::app);
       out << fmt::format(
