@@ -119,6 +119,7 @@ struct ExtraFlags {
   double soak_sec = 0;  // --soak SECONDS (soak.hpp); 0: no soak
   uint64_t soak_seed = 1;
   std::string soak_max_bytes = "2M";
+  bool soak_no_memory_check = false;
 };
 void add_extra_flags(CLI::App& app, ExtraFlags& flags);
 // Sets NODECOMM_PRIORITY_POLICY, NODECOMM_FUSION, NODECOMM_FUSION_THRESHOLD and
