@@ -272,7 +272,8 @@ nc_status_t nc_wait_any(nc_context_t* ctx, size_t n, nc_request_t* reqs, size_t*
  * the thread's next nodecomm call. */
 const char* nc_last_error(void);
 
-/* Short fixed name of a status code, e.g. "mismatched collective". */
+/* Short fixed name of a status code, e.g. "mismatched collective": a static string, never NULL
+ * ("unknown status" for a value outside nc_status_t). */
 const char* nc_status_string(nc_status_t status);
 /* "f32", "f64", ...; NULL for an unknown value. Parsing returns NC_ERR_INVALID_ARGUMENT on an
  * unknown name. */

@@ -363,9 +363,9 @@ const char* nc_last_error(void) {
 }
 
 const char* nc_status_string(nc_status_t status) {
-  static thread_local std::string text;
-  text = proto::status_name(static_cast<proto::Status>(status));
-  return text.c_str();
+  // status_name returns string literals: static and NUL-terminated, so two calls in one
+  // printf stay valid (a shared thread-local buffer would not).
+  return proto::status_name(static_cast<proto::Status>(status)).data();
 }
 
 const char* nc_dtype_name(nc_dtype_t dtype) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -188,8 +189,17 @@ Result Context::attach(const Settings& s) {
   const auto elapsed_sec = [&] { return static_cast<double>(ipc::monotonic_ns() - start) / 1e9; };
   std::string error;
   for (;;) {
-    socket_ = ipc::connect_unix(path, error);
+    int error_number = 0;
+    socket_ = ipc::connect_unix(path, error, &error_number);
     if (socket_.valid()) break;
+    // Waiting cannot help a uid the socket or its directory shuts out: say so at once.
+    if (error_number == EACCES || error_number == EPERM) {
+      return fail(NC_ERR_PERMISSION,
+                  fmt::format("permission denied on nodecommd's socket {} for uid {} ({}); the "
+                              "administrator sets who may connect with the runtime directory's "
+                              "and the socket's mode and group (docs/OPERATIONS.md)",
+                              path, ::getuid(), error));
+    }
     if (elapsed_sec() >= s.connect_timeout_sec) {
       return fail(NC_ERR_DAEMON_LOST,
                   fmt::format("no nodecommd at {} after {:.0f} s ({}); is the daemon running, and "
@@ -279,7 +289,7 @@ Result Context::attach(const Settings& s) {
 
 void Context::start_heartbeat() {
   constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(200);
-  heartbeat_ = std::jthread([this, kHeartbeatPeriod](std::stop_token stop) {
+  heartbeat_ = std::jthread([this, kHeartbeatPeriod](const std::stop_token& stop) {
     std::unique_lock lock(heartbeat_mutex_);
     while (!stop.stop_requested()) {
       // relaxed: a timestamp the daemon compares with its own clock; it publishes nothing.

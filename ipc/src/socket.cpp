@@ -55,7 +55,8 @@ Fd accept_unix(int listen_fd) {
   return Fd(::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
 }
 
-Fd connect_unix(const std::string& path, std::string& error) {
+Fd connect_unix(const std::string& path, std::string& error, int* error_number) {
+  if (error_number != nullptr) *error_number = 0;
   sockaddr_un addr{};
   if (!make_address(path, addr)) {
     error = fmt::format("socket path '{}' is empty or too long", path);
@@ -67,6 +68,7 @@ Fd connect_unix(const std::string& path, std::string& error) {
     return {};
   }
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (error_number != nullptr) *error_number = errno;
     error = fmt::format("connect {}: {}", path, std::strerror(errno));
     return {};
   }

@@ -114,6 +114,19 @@ run_timeout "${client_env[@]}" NODECOMM_JOB=rootjob NODECOMM_LOCAL_RANK=1 NODECO
 wait "$root0" || { cat "$work/root0.log" >&2; fail "root's rank 0 failed"; }
 kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd died"
 
+# A socket that an administrator narrowed to its group: the other uid is told so at once
+# (NC_ERR_PERMISSION), not after the 10 s a missing daemon gets.
+chmod 0660 "$rt/nodecommd.sock"
+started=$(date +%s%N)
+run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=narrowjob \
+  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$BIN/hostile_client" join permission \
+  "permission denied on nodecommd's socket $rt/nodecommd.sock for uid $uid" ||
+  fail "$USER_NAME was not told that the 0660 socket shuts it out"
+waited_ms=$(( ($(date +%s%N) - started) / 1000000 ))
+[ "$waited_ms" -lt 3000 ] || fail "the permission error took $waited_ms ms; expected it at once"
+chmod 0666 "$rt/nodecommd.sock"
+echo "second_uid: a 0660 socket refuses $USER_NAME with NC_ERR_PERMISSION in $waited_ms ms"
+
 # 3. A daemon that allows the other uid (--allow-uids, by name): it joins root's job and both
 #    ranks get exact results.
 stop_standalone_daemon

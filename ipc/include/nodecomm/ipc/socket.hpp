@@ -50,8 +50,9 @@ struct PeerCredentials {
 Fd listen_unix(const std::string& path, unsigned mode);
 // Accepts one pending connection, non-blocking and close-on-exec; invalid Fd if none.
 Fd accept_unix(int listen_fd);
-// Connects to `path`. Returns an invalid Fd and sets `error` on failure.
-Fd connect_unix(const std::string& path, std::string& error);
+// Connects to `path`. Returns an invalid Fd and sets `error` on failure, and `error_number`
+// (when given) to connect's errno, so callers can tell "no daemon yet" from "not allowed".
+Fd connect_unix(const std::string& path, std::string& error, int* error_number = nullptr);
 std::optional<PeerCredentials> peer_credentials(int fd);
 
 enum class IoResult { kOk, kWouldBlock, kClosed, kError, kTimeout };
