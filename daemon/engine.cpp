@@ -276,6 +276,15 @@ size_t Engine::cross_check(Communicator& comm, Operation& op) {
   return 1;
 }
 
+void Engine::abandon_check(Operation& op) {
+  if (op.check == 0) return;
+  --inter_node_ops_;
+  op.check = 0;
+  // Moving the vector keeps its heap buffer, the one the transport was given.
+  abandoned_checks_.push_back(std::move(op.check_records));
+  op.check_records.clear();
+}
+
 void Engine::start(Job& job, Communicator& comm, Operation& op) {
   CollectiveContext ctx{job, comm, staging_, transport_};
   const auto collective = static_cast<proto::Collective>(op.first().collective);
@@ -444,10 +453,10 @@ void Engine::fail_all(Job& job, Status status, const std::string& reason,
     if (!affected(*comm, id)) continue;
     comm->poison(status, reason);
     for (auto& [seq, op] : comm->ops()) {
-      // An operation whose summary exchange is in flight fails once that ends (progress):
-      // the other daemons are in the exchange too.
-      if (op.phase == Operation::Phase::kGathering ||
-          (op.phase == Operation::Phase::kReady && op.check == 0)) {
+      // Even one whose summary exchange is in flight: the node that failed first may never
+      // enter that exchange (its ranks' operation failed before it could).
+      if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
+        abandon_check(op);
         complete(job, *comm, op, status,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
                              reason));
@@ -501,10 +510,7 @@ void Engine::check_stalls(Job& job, uint64_t now) {
         const std::string text =
             fmt::format("operation timeout ({} s, --op-timeout-sec): {}", limits_.op_timeout_sec,
                         stall_report(job, *comm, op, now));
-        if (op.check != 0) {  // the summary exchange is abandoned with the job's order
-          --inter_node_ops_;
-          op.check = 0;
-        }
+        abandon_check(op);
         complete(job, *comm, op, Status::kTimeout, text);
         comm->poison(Status::kTimeout, text);
         notices_.push_back({job.world_rank_of(comm->layout().members[0]), Status::kTimeout, text});

@@ -66,9 +66,7 @@ class Engine {
     proto::Status status;
     std::string text;
   };
-  std::vector<FailureNotice> take_notices() {
-    return std::exchange(notices_, {});
-  }
+  std::vector<FailureNotice> take_notices() { return std::exchange(notices_, {}); }
   // A client broke the ring protocol; it is told why and the caller drops it.
   bool has_inter_node_work() const { return inter_node_ops_ > 0; }
 
@@ -95,6 +93,10 @@ class Engine {
   // Sequence-order path: every node's summary of `op` is exchanged and compared before its
   // transfer starts (op_check.hpp); a disagreement poisons the communicator everywhere.
   size_t cross_check(Communicator& comm, Operation& op);
+  // Gives up op's summary exchange on a failed communicator: another node may never join it
+  // (its ranks failed first). The records stay with the engine, as the transport may still
+  // write into them; the communicator's group does no further exchanges.
+  void abandon_check(Operation& op);
   void start(Job& job, Communicator& comm, Operation& op);
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,
@@ -117,6 +119,7 @@ class Engine {
   std::deque<Operation> abandoned_ops_;
   std::deque<ScheduledUnit> abandoned_units_;
   std::deque<std::vector<uint8_t>> abandoned_records_;
+  std::deque<std::vector<OpSummary>> abandoned_checks_;
   uint64_t last_stall_check_ns_ = 0;
 };
 

@@ -55,6 +55,18 @@ bool is_management(const Operation& op) {
   return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
 }
 
+// Every node has announced what its ranks posted for `seq` (apply_round has compared them).
+// A split or free starts only then: it takes no ready bit and moves no data through the
+// rounds, so without this a node whose ranks posted something else would never be told.
+bool agreed_everywhere(const CommSchedule& sched, uint64_t seq, size_t node_count) {
+  const auto found = sched.announced.find(seq);
+  if (found == sched.announced.end() || found->second.size() != node_count) return false;
+  for (const auto& summary : found->second) {
+    if (!summary) return false;
+  }
+  return true;
+}
+
 bool is_allreduce(const Operation& op) {
   return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
 }
@@ -110,7 +122,8 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
                            comm.poison_reason()));
     }
     if (is_management(op) && op.seq == sched.floor && sched.units.empty() && sched.round == 0 &&
-        op.phase == Operation::Phase::kReady) {
+        op.phase == Operation::Phase::kReady &&
+        agreed_everywhere(sched, op.seq, comm.layout().node_count)) {
       start(job, comm, op);
       ++work;
     }
@@ -158,7 +171,11 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     }
     const auto floor_op = ops.find(sched.floor);
     const bool fence = floor_op != ops.end() && is_management(floor_op->second);
-    if (any_ready && cycle_passed && !fence) {
+    // A split or free at the floor waits for every node's announcement of it; every node
+    // sees the same records, so all of them keep starting rounds until it has arrived.
+    const bool fence_unconfirmed = fence && floor_op->second.phase == Operation::Phase::kReady &&
+                                   !agreed_everywhere(sched, sched.floor, comm.layout().node_count);
+    if (((any_ready && !fence) || fence_unconfirmed) && cycle_passed) {
       start_round(job, comm, tuning);
       ++work;
     }
@@ -183,8 +200,16 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
        ++it) {
-    if (is_management(it->second)) break;  // nothing overtakes a split or free
     Operation& op = it->second;
+    if (is_management(op)) {
+      // Announced, never marked ready: it runs outside the rounds once all nodes agree.
+      if (op.phase == Operation::Phase::kReady && !op.announced &&
+          mine.announced < kAnnouncePerRound) {
+        mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+        op.announced = true;
+      }
+      break;  // nothing overtakes a split or free
+    }
     if (!locally_ready(comm, op)) continue;
     if (!op.announced) {
       if (mine.announced == kAnnouncePerRound) continue;
@@ -227,6 +252,16 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       auto& by_node = sched.announced[r.announcements[k].seq];
       by_node.resize(records.size());
       by_node[n] = r.announcements[k];
+    }
+  }
+  // Whatever every node has announced is compared at once, ready or not (a split or free
+  // is never ready), so a mismatch fails everywhere before any node acts on it.
+  for (const auto& [seq, by_node] : sched.announced) {
+    if (!agreed_everywhere(sched, seq, records.size())) continue;
+    if (std::string disagreement = cross_node_disagreement(comm.id(), seq, by_node, lay);
+        !disagreement.empty()) {
+      comm.poison(Status::kMismatch, disagreement);
+      return;
     }
   }
   sched.ready_by_node.assign(records.size(), {});

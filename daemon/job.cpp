@@ -28,6 +28,13 @@ Operation& Communicator::add(uint32_t local_rank, const Submission& submission) 
 }
 
 std::string describe_submission(const proto::OpDescriptor& d) {
+  // Management operations carry no data: a split's color and key ride in root and count.
+  const auto collective = static_cast<proto::Collective>(d.collective);
+  if (collective == proto::Collective::kCommSplit) {
+    return fmt::format("comm_split color {} key {}", static_cast<int32_t>(d.root),
+                       static_cast<int64_t>(d.count));
+  }
+  if (collective == proto::Collective::kCommFree) return "comm_free";
   std::string text = fmt::format(
       "{} {} {} count {}", proto::collective_name(static_cast<proto::Collective>(d.collective)),
       proto::dtype_name(static_cast<proto::DType>(d.dtype)),
@@ -69,8 +76,8 @@ std::string describe_disagreement(const Operation& op, const CommLayout& layout)
       text += fmt::format(" root {}", d.root);
     }
     if (d.compression != 0) {
-      text += fmt::format(
-          " compress {}", proto::compression_name(static_cast<proto::Compression>(d.compression)));
+      text += fmt::format(" compress {}",
+                          proto::compression_name(static_cast<proto::Compression>(d.compression)));
     }
     text += ';';
   }

@@ -33,6 +33,10 @@ bool same_operation(const OpSummary& a, const OpSummary& b) {
 
 std::string describe(const OpSummary& s) {
   const auto collective = static_cast<proto::Collective>(s.collective);
+  // Colors and keys differ by rank, so a summary names the management operation only.
+  if (collective == proto::Collective::kCommSplit || collective == proto::Collective::kCommFree) {
+    return std::string(proto::collective_name(collective));
+  }
   std::string text = fmt::format("{} {} {} count {}", proto::collective_name(collective),
                                  proto::dtype_name(static_cast<proto::DType>(s.dtype)),
                                  proto::redop_name(static_cast<proto::RedOp>(s.redop)), s.count);

@@ -2,6 +2,7 @@
 // exits 0 only if every rank saw the error it should, with a message naming the culprit.
 //
 //   error_paths mismatch     ranks post different counts for the same sequence number
+//   error_paths mismatch-split  rank 0 splits the world while the others allreduce on it
 //   error_paths peer-exit    the last rank exits without finalizing while the others wait
 //   error_paths stall        the last rank posts 4 s late; with --stall-sec 1 --op-timeout-sec 2
 //                            the others' allreduce fails with a timeout naming it
@@ -55,6 +56,32 @@ int mismatch(nc_context_t* ctx) {
     const nc_status_t s2 = nc_wait(ctx, req);
     bad += expect(s2 == NC_ERR_MISMATCH, rank, "later operations to fail too", nc_last_error());
   }
+  return bad;
+}
+
+// Rank 0 calls nc_comm_split (a management operation, which nothing overtakes) for the same
+// sequence number at which the others post an allreduce: all must get NC_ERR_MISMATCH
+// naming both, within the test's timeout, and not hang.
+int mismatch_split(nc_context_t* ctx) {
+  const int rank = nc_world_rank(ctx);
+  nc_status_t s = NC_OK;
+  if (rank == 0) {
+    nc_comm_t half = NC_COMM_NULL;
+    s = nc_comm_split(ctx, NC_COMM_WORLD, 0, 0, &half);
+  } else {
+    float* buf = nullptr;
+    if (nc_alloc(ctx, 16 * sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) return 1;
+    nc_request_t req = 0;
+    if (nc_allreduce(ctx, buf, buf, 16, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+      return expect(false, rank, "a posted allreduce", nc_last_error());
+    }
+    s = nc_wait(ctx, req);
+  }
+  int bad = expect(s == NC_ERR_MISMATCH, rank, "NC_ERR_MISMATCH", nc_last_error());
+  bad += expect(contains(nc_last_error(), "posted comm_split"), rank,
+                "the message to list rank 0's split", nc_last_error());
+  bad += expect(contains(nc_last_error(), "posted allreduce f32 sum count 16"), rank,
+                "the message to list the others' allreduce", nc_last_error());
   return bad;
 }
 
@@ -314,7 +341,8 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr,
                  "usage: error_paths "
-                 "mismatch|peer-exit|remote-kill|daemon-kill|wedged|stall|local-checks|requests\n");
+                 "mismatch|mismatch-split|peer-exit|remote-kill|daemon-kill|wedged|stall|local-"
+                 "checks|requests\n");
     return 2;
   }
   nc_init_options_t opts;
@@ -332,6 +360,8 @@ int main(int argc, char** argv) {
   int bad = 0;
   if (std::strcmp(argv[1], "mismatch") == 0) {
     bad = mismatch(ctx);
+  } else if (std::strcmp(argv[1], "mismatch-split") == 0) {
+    bad = mismatch_split(ctx);
   } else if (std::strcmp(argv[1], "peer-exit") == 0) {
     bad = peer_exit(ctx);
   } else if (std::strcmp(argv[1], "remote-kill") == 0) {

@@ -139,7 +139,7 @@ struct Totals {
   uint64_t tracing;             // 1 while a trace is being recorded
   uint64_t reserved[32 - 29];
 };
-static_assert(sizeof(Totals) == 32 * 8);
+static_assert(sizeof(Totals) == size_t{32} * 8);
 
 // Per collective (index = Collective value).
 struct CollectiveCounters {
@@ -149,7 +149,7 @@ struct CollectiveCounters {
   uint64_t latency_sum_ns;  // first submission to completion, every completed operation
   uint64_t latency_buckets[kLatencyBuckets];  // counts per latency_bucket()
 };
-static_assert(sizeof(CollectiveCounters) == (4 + kLatencyBuckets) * 8);
+static_assert(sizeof(CollectiveCounters) == (size_t{4} + kLatencyBuckets) * 8);
 
 // Seqlocked sections start with their sequence word.
 struct ParamEntry {
