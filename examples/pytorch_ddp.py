@@ -55,6 +55,10 @@ def parse_args():
     p.add_argument("--save", help="rank 0 writes the final state_dict here (torch.save)")
     p.add_argument("--compress", choices=["none", "bf16", "f16", "int8"], default="none",
                    help="nodecomm wire compression between nodes (default none)")
+    p.add_argument("--gloo-compress", choices=["none", "fp16"], default="none",
+                   help="with --reference gloo: torch's own fp16_compress_hook, so gloo moves "
+                        "2-byte gradients too: the like-for-like reference for --compress bf16 "
+                        "(torch's bf16_compress_hook needs CUDA and NCCL) (default none)")
     p.add_argument("--priority", type=int, default=0, help="base priority of the buckets")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per rank (default 1: ranks share few cores)")
@@ -171,6 +175,11 @@ def main():
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
                                   gradient_as_bucket_view=True)
     mode = args.reference or "nodecomm"
+    if args.reference == "gloo" and args.gloo_compress != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook = getattr(default_hooks, f"{args.gloo_compress}_compress_hook")
+        ddp.register_comm_hook(None, hook)  # None: the default (gloo) process group
+        mode += f"+{args.gloo_compress}"
     if args.reference == "none":
         ddp.register_comm_hook(None, no_exchange_hook)
     elif not args.reference:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # PyTorch DDP step time, nodecomm hook against DDP's own gloo allreduce, side by side on one
 # simulated cluster: 2 nodes x 2 ranks, 1 Gbit/s links (docs/PERFORMANCE.md, "PyTorch DDP:
-# nodecomm hook vs gloo"). Runs gloo, nodecomm, nodecomm with bf16 wire compression, and no
-# gradient exchange at all (the compute floor) REPS times, interleaved, and prints each
-# summary and the gloo/nodecomm ratios of mean step times.
+# nodecomm hook vs gloo"). Runs gloo, nodecomm, nodecomm with bf16 wire compression, gloo with
+# torch's fp16_compress_hook, and no gradient exchange at all (the compute floor) REPS times,
+# interleaved, and prints each summary and the ratios of mean step times.
 #   bash docs/perf/pytorch-ddp.sh [BUILD_DIR] [REPS] [-- EXTRA ARGS for pytorch_ddp.py]
 # Needs root (--netsim) and python3-torch for /usr/bin/python3.
 set -euo pipefail
@@ -33,7 +33,8 @@ for rep in $(seq "$REPS"); do
   gloo=$(run --reference gloo)
   nc=$(run)
   nc_bf16=$(run --compress bf16)
+  gloo_fp16=$(run --reference gloo --gloo-compress fp16)
   floor=$(run --reference none)
-  awk -v g="$gloo" -v n="$nc" -v b="$nc_bf16" -v f="$floor" 'BEGIN {
-    printf "ratio gloo/nodecomm %.2f   gloo/nodecomm+bf16 %.2f   (step ms: gloo %.1f, nodecomm %.1f, nodecomm+bf16 %.1f, no exchange %.1f)\n", g / n, g / b, g, n, b, f }'
+  awk -v g="$gloo" -v n="$nc" -v b="$nc_bf16" -v h="$gloo_fp16" -v f="$floor" 'BEGIN {
+    printf "ratio gloo/nodecomm %.2f   gloo/nodecomm+bf16 %.2f   gloo+fp16/nodecomm+bf16 %.2f   (step ms: gloo %.1f, nodecomm %.1f, nodecomm+bf16 %.1f, gloo+fp16 %.1f, no exchange %.1f)\n", g / n, g / b, h / b, g, n, b, h, f }'
 done
