@@ -168,13 +168,6 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   op.phase = Operation::Phase::kReady;
 }
 
-namespace {
-bool is_comm_management(const Operation& op) {
-  const auto c = static_cast<proto::Collective>(op.first().collective);
-  return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
-}
-}  // namespace
-
 size_t Engine::progress(Job& job, Communicator& comm) {
   if (comm.layout().node_count > 1) {
     const SchedulerTuning tuning = with_job_overrides(sched_, job.requested);

@@ -50,11 +50,6 @@ struct RoundRecord {
 };
 static_assert(std::is_trivially_copyable_v<RoundRecord>);
 
-bool is_management(const Operation& op) {
-  const auto c = static_cast<proto::Collective>(op.first().collective);
-  return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
-}
-
 // Every node has announced what its ranks posted for `seq` (apply_round has compared them).
 // A split or free starts only then: it takes no ready bit and moves no data through the
 // rounds, so without this a node whose ranks posted something else would never be told.
@@ -84,7 +79,7 @@ size_t whole_bytes(const Operation& op, const CommLayout& lay) {
 }  // namespace
 
 bool Engine::locally_ready(const Communicator& comm, const Operation& op) const {
-  if (is_management(op) || comm.schedule.fully_scheduled(op.seq)) return false;
+  if (is_comm_management(op) || comm.schedule.fully_scheduled(op.seq)) return false;
   return op.phase == Operation::Phase::kReady ||
          (op.phase == Operation::Phase::kInterNode && op.scheduled_elems > 0);
 }
@@ -115,19 +110,19 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     Operation& op = it->second;
     // After a failure no new round starts, so what is not wholly on the network fails now.
     const bool on_network = op.units_in_flight > 0 || sched.fully_scheduled(op.seq) ||
-                            (is_management(op) && op.phase == Operation::Phase::kInterNode);
+                            (is_comm_management(op) && op.phase == Operation::Phase::kInterNode);
     if (comm.poisoned() && !on_network && op.phase != Operation::Phase::kDone) {
       complete(job, comm, op, comm.poison_status(),
                fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
                            comm.poison_reason()));
     }
-    if (is_management(op) && op.seq == sched.floor && sched.units.empty() && sched.round == 0 &&
-        op.phase == Operation::Phase::kReady &&
+    if (is_comm_management(op) && op.seq == sched.floor && sched.units.empty() &&
+        sched.round == 0 && op.phase == Operation::Phase::kReady &&
         agreed_everywhere(sched, op.seq, comm.layout().node_count)) {
       start(job, comm, op);
       ++work;
     }
-    if (is_management(op) && op.phase == Operation::Phase::kInterNode) {
+    if (is_comm_management(op) && op.phase == Operation::Phase::kInterNode) {
       try {
         if (transport_.test(op.handle)) {
           --inter_node_ops_;
@@ -139,7 +134,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
         fail_between_nodes(job, comm, op, e.what());
       }
     }
-    if (is_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
+    if (is_comm_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
       sched.mark_scheduled(op.seq);
     }
     // A finished operation stays while a transfer still uses its buffers, and until every
@@ -163,14 +158,14 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     bool any_ready = false;
     for (auto it = ops.lower_bound(sched.floor);
          it != ops.end() && it->first < sched.floor + kWindow; ++it) {
-      if (is_management(it->second)) break;
+      if (is_comm_management(it->second)) break;
       if (locally_ready(comm, it->second)) {
         any_ready = true;
         break;
       }
     }
     const auto floor_op = ops.find(sched.floor);
-    const bool fence = floor_op != ops.end() && is_management(floor_op->second);
+    const bool fence = floor_op != ops.end() && is_comm_management(floor_op->second);
     // A split or free at the floor waits for every node's announcement of it; every node
     // sees the same records, so all of them keep starting rounds until it has arrived.
     const bool fence_unconfirmed = fence && floor_op->second.phase == Operation::Phase::kReady &&
@@ -201,7 +196,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
        ++it) {
     Operation& op = it->second;
-    if (is_management(op)) {
+    if (is_comm_management(op)) {
       // Announced, never marked ready: it runs outside the rounds once all nodes agree.
       if (op.phase == Operation::Phase::kReady && !op.announced &&
           mine.announced < kAnnouncePerRound) {
@@ -246,19 +241,23 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   }
   // What every node announced, kept until the floor passes it.
   sched.announced.erase(sched.announced.begin(), sched.announced.lower_bound(sched.floor));
+  std::set<uint64_t> announced_now;
   for (size_t n = 0; n < records.size(); ++n) {
     const RoundRecord& r = records[n];
     for (uint32_t k = 0; k < std::min<uint32_t>(r.announced, kAnnouncePerRound); ++k) {
       auto& by_node = sched.announced[r.announcements[k].seq];
       by_node.resize(records.size());
       by_node[n] = r.announcements[k];
+      announced_now.insert(r.announcements[k].seq);
     }
   }
-  // Whatever every node has announced is compared at once, ready or not (a split or free
-  // is never ready), so a mismatch fails everywhere before any node acts on it.
-  for (const auto& [seq, by_node] : sched.announced) {
+  // A sequence number whose last announcement arrived in this round is compared at once,
+  // ready or not (a split or free is never ready), so a mismatch fails everywhere before any
+  // node acts on it. Earlier ones were compared in the round that completed them.
+  for (const uint64_t seq : announced_now) {
     if (!agreed_everywhere(sched, seq, records.size())) continue;
-    if (std::string disagreement = cross_node_disagreement(comm.id(), seq, by_node, lay);
+    if (std::string disagreement =
+            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay);
         !disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;

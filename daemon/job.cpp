@@ -27,6 +27,11 @@ Operation& Communicator::add(uint32_t local_rank, const Submission& submission) 
   return op;
 }
 
+bool is_comm_management(const Operation& op) {
+  const auto c = static_cast<proto::Collective>(op.first().collective);
+  return c == proto::Collective::kCommSplit || c == proto::Collective::kCommFree;
+}
+
 std::string describe_submission(const proto::OpDescriptor& d) {
   // Management operations carry no data: a split's color and key ride in root and count.
   const auto collective = static_cast<proto::Collective>(d.collective);

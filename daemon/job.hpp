@@ -73,14 +73,14 @@ struct CommLayout {
   NodeComm node_comm = kAllNodes;  // the daemons hosting its ranks
   uint32_t node_index = 0;         // this daemon within node_comm
   uint32_t node_count = 1;
-  std::vector<uint32_t> node_sizes;    // ranks per node
-  std::vector<uint32_t> node_offsets;  // first node-major position of each node
-  std::vector<uint32_t> position;      // comm rank -> node-major position
-  std::vector<uint32_t> rank_at;       // node-major position -> comm rank
-  std::vector<uint32_t> members;       // job local ranks of this node's members, by comm rank
-  std::vector<uint32_t> member_ranks;  // their comm ranks
+  std::vector<uint32_t> node_sizes;     // ranks per node
+  std::vector<uint32_t> node_offsets;   // first node-major position of each node
+  std::vector<uint32_t> position;       // comm rank -> node-major position
+  std::vector<uint32_t> rank_at;        // node-major position -> comm rank
+  std::vector<uint32_t> members;        // job local ranks of this node's members, by comm rank
+  std::vector<uint32_t> member_ranks;   // their comm ranks
   std::vector<uint32_t> world_rank_of;  // comm rank -> world rank (failure notices name these)
-  bool identity = true;                // position[r] == r for all r
+  bool identity = true;                 // position[r] == r for all r
 
   uint32_t first_position() const { return node_offsets[node_index]; }
   uint32_t node_of_rank(uint32_t rank) const;
@@ -134,6 +134,8 @@ class Communicator {
 std::string describe_disagreement(const Operation& op, const CommLayout& layout);
 // "allreduce f32 sum count 7 'name'"
 std::string describe_submission(const proto::OpDescriptor& d);
+// A split or free: it creates or drops communicators, and nothing overtakes it.
+bool is_comm_management(const Operation& op);
 
 class Job {
  public:
