@@ -59,6 +59,9 @@ def parse_args():
                    help="with --reference gloo: torch's own fp16_compress_hook, so gloo moves "
                         "2-byte gradients too: the like-for-like reference for --compress bf16 "
                         "(torch's bf16_compress_hook needs CUDA and NCCL) (default none)")
+    p.add_argument("--piece-mb", type=float, default=4,
+                   help="nodecomm hook: post each bucket as pieces of at most this many MB "
+                        "(HookState piece_mb; 0: whole buckets; default 4)")
     p.add_argument("--priority", type=int, default=0, help="base priority of the buckets")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per rank (default 1: ranks share few cores)")
@@ -70,6 +73,9 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate")
     p.add_argument("--bucket-cap-mb", type=float, default=25, help="DDP bucket size (MB)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    p.add_argument("--phases", action="store_true",
+                   help="rank 0 prints each step's forward, backward (with DDP's wait for the "
+                        "buckets) and optimizer times")
     return p.parse_args()
 
 
@@ -183,7 +189,7 @@ def main():
     if args.reference == "none":
         ddp.register_comm_hook(None, no_exchange_hook)
     elif not args.reference:
-        state = nodecomm.torch.HookState(priority=args.priority,
+        state = nodecomm.torch.HookState(priority=args.priority, piece_mb=args.piece_mb,
                                          compress=None if args.compress == "none"
                                          else args.compress)
         ddp.register_comm_hook(state, nodecomm.torch.allreduce_hook)
@@ -204,12 +210,19 @@ def main():
         if rank == 0 and step == min(args.warmup, args.steps - 1):
             tx_start = link_tx_bytes()
         start = time.perf_counter()
+        start_wall = time.time()
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(x), y)
+        forward_end = time.perf_counter()
         loss.backward()  # DDP waits for every bucket's reduction before this returns
+        backward_end = time.perf_counter()
         optimizer.step()
         elapsed = time.perf_counter() - start
         step_times.append(elapsed)
+        if rank == 0 and args.phases:
+            print(f"phases: t0 {start_wall:.4f} step {step} forward_ms {(forward_end - start) * 1e3:.1f} "
+                  f"backward_ms {(backward_end - forward_end) * 1e3:.1f} "
+                  f"optimizer_ms {(start + elapsed - backward_end) * 1e3:.1f}", flush=True)
         if rank == 0 and not args.quiet:
             print(f"step {step:3d}  time {elapsed * 1e3:8.1f} ms  loss {loss.item():.6f}",
                   flush=True)

@@ -41,15 +41,19 @@ class HookState:
     name       prefix of the per-bucket tensor names ("<name>.bucket<i>"): int8 compression
                keeps its error-feedback residual per name, and diagnostics show them.
     average    True: every rank gets the mean (op avg); False: the sum.
-    zero_copy  True: stage each bucket in a persistent arena buffer (one copy in; the result is
-               handed to DDP straight from the arena). False: post the bucket's own memory and
-               let libnodecomm copy it in and out.
+    zero_copy  True: stage each bucket in a persistent arena buffer (one copy in, one copy
+               back into the bucket on the completion thread). False: post the bucket's own
+               memory and let libnodecomm copy it in and out.
+    piece_mb   each bucket is posted as pieces of at most this many MB (default 4; 0: the
+               whole bucket as one operation). The first piece is on its way to the other
+               nodes while the hook still copies the rest, and a finished piece is copied back
+               while later ones are on the wire, so only the last piece's copies are exposed.
     timeout    seconds before a bucket fails with nodecomm.Error (default: NODECOMM_TIMEOUT_SEC,
                else 300).
     """
 
     def __init__(self, priority=0, compress=None, name="ddp", average=True, zero_copy=True,
-                 timeout=None):
+                 timeout=None, piece_mb=4):
         if compress is not None and str(compress).lower() not in _capi.COMPRESS:
             raise ValueError(f"HookState: unknown compress {compress!r}")
         self.priority = int(priority)
@@ -57,6 +61,9 @@ class HookState:
         self.name = name
         self.average = average
         self.zero_copy = zero_copy
+        if piece_mb < 0:
+            raise ValueError(f"HookState: piece_mb must be >= 0, not {piece_mb!r}")
+        self.piece_bytes = int(piece_mb * 1e6)
         self.timeout = float(timeout if timeout is not None
                              else os.environ.get("NODECOMM_TIMEOUT_SEC", "300") or 300)
         self.buckets_posted = 0
@@ -81,6 +88,42 @@ class HookState:
             self._staging[index] = buf
         return buf
 
+    def pieces(self, numel, element_size):
+        """[(start, end)) element ranges that split a bucket of `numel` elements into pieces
+        of at most piece_bytes, of nearly equal size."""
+        total = numel * element_size
+        if self.piece_bytes <= 0 or total <= self.piece_bytes:
+            return [(0, numel)]
+        count = -(-total // self.piece_bytes)
+        bounds = [numel * i // count for i in range(count + 1)]
+        return list(zip(bounds[:-1], bounds[1:]))
+
+
+class _BucketFuture:
+    """The pieces of one bucket in flight: completes DDP's future once all are back, or with
+    the first failure. The hook (a failed post) and the completion thread may both fail it."""
+
+    def __init__(self, future, result, pieces):
+        self.future = future
+        self.result = result
+        self.remaining = pieces
+        self.failed = False
+        self._lock = threading.Lock()
+
+    def piece_done(self):
+        with self._lock:
+            self.remaining -= 1
+            done = self.remaining == 0 and not self.failed
+        if done:
+            self.future.set_result(self.result)
+
+    def fail(self, error):
+        with self._lock:
+            first = not self.failed
+            self.failed = True
+        if first:
+            self.future.set_exception(error)
+
 
 class _Completer:
     """One thread per process that polls the hook's requests and completes their futures.
@@ -94,15 +137,15 @@ class _Completer:
 
     def __init__(self):
         self._cond = threading.Condition()
-        self._pending = []  # [request, future, result, deadline]
+        self._pending = []  # [request, _BucketFuture, (arena piece, bucket piece)|None, deadline]
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="nodecomm-ddp-completer",
                                         daemon=True)
         self._thread.start()
 
-    def add(self, request, future, result, timeout):
+    def add(self, request, bucket, copy_back, timeout):
         with self._cond:
-            self._pending.append([request, future, result, time.monotonic() + timeout])
+            self._pending.append([request, bucket, copy_back, time.monotonic() + timeout])
             self._cond.notify()
 
     def stop(self):
@@ -120,26 +163,27 @@ class _Completer:
                 pending = list(self._pending)
                 stopping = self._stopping
             if stopping:
-                for request, future, _, _ in pending:
-                    future.set_exception(Error(_capi.ERR_NOT_INITIALIZED,
-                                               "nodecomm.finalize() with the bucket in flight",
-                                               request.description))
+                for request, bucket, _, _ in pending:
+                    bucket.fail(Error(_capi.ERR_NOT_INITIALIZED,
+                                      "nodecomm.finalize() with the bucket in flight",
+                                      request.description))
                 return
             finished = []
             now = time.monotonic()
             for item in pending:
-                request, future, result, deadline = item
+                request, bucket, copy_back, deadline = item
                 try:
                     if request.test():
-                        future.set_result(result)
+                        if copy_back is not None and not bucket.failed:
+                            copy_back[1].copy_(copy_back[0])  # arena piece -> DDP's bucket
+                        bucket.piece_done()
                         finished.append(item)
                     elif now > deadline:
-                        future.set_exception(Error(_capi.ERR_TIMEOUT,
-                                                   "DDP bucket not reduced in time",
-                                                   request.description))
+                        bucket.fail(Error(_capi.ERR_TIMEOUT, "DDP bucket not reduced in time",
+                                          request.description))
                         finished.append(item)
                 except Error as e:
-                    future.set_exception(e)
+                    bucket.fail(e)
                     finished.append(item)
             with self._cond:
                 for item in finished:
@@ -181,27 +225,35 @@ def _bucket_buffer(bucket):
 
 def allreduce_hook(state, bucket):
     """DDP communication hook: averages (or sums) the bucket over every rank through the
-    daemon. Returns a torch.futures.Future whose value is the reduced bucket."""
+    daemon. Returns a torch.futures.Future whose value is the reduced bucket (DDP's own
+    bucket tensor, so DDP copies nothing back)."""
     grads = _bucket_buffer(bucket)
+    flat = grads.view(-1)
     index = bucket.index()
     future = torch.futures.Future()
-    name = f"{state.name}.bucket{index}"
+    pieces = state.pieces(flat.numel(), flat.element_size())
+    pending = _BucketFuture(future, grads, len(pieces))
+    completer = _get_completer()
     try:
-        target = state.staging_buffer(index, grads) if state.zero_copy else None
-        if target is not None:
-            target.copy_(grads.view(-1))
-        else:
-            target = grads
-        request = _core.allreduce(target, op="avg" if state.average else "sum",
-                                  priority=state.priority + index, compress=state.compress,
-                                  name=name)
+        staging = state.staging_buffer(index, grads) if state.zero_copy else None
+        for number, (start, end) in enumerate(pieces):
+            name = f"{state.name}.bucket{index}"
+            if len(pieces) > 1:
+                name += f".{number}"
+            source = flat[start:end]
+            target, copy_back = source, None
+            if staging is not None:
+                target = staging[start:end]
+                target.copy_(source)
+                copy_back = (target, source)
+            request = _core.allreduce(target, op="avg" if state.average else "sum",
+                                      priority=state.priority + index,
+                                      compress=state.compress, name=name)
+            completer.add(request, pending, copy_back, state.timeout)
     except Error as e:
-        future.set_exception(e)
+        pending.fail(e)  # pieces already posted still complete, and are ignored
         return future
     state.buckets_posted += 1
-    # DDP only reads the bucket's numel elements of the result, in the bucket's layout: a flat
-    # view of the arena tensor is what it expects.
-    _get_completer().add(request, future, target.view(grads.shape), state.timeout)
     return future
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Trains examples/pytorch_ddp.py on 2 nodes x 2 ranks twice with the same seed, once through
-# the nodecomm DDP hook and once with DDP's own gloo allreduce, and checks that the final
-# weights agree (torch.allclose, rtol 1e-5, atol 1e-6).
+# Trains examples/pytorch_ddp.py on 2 nodes x 2 ranks with the same seed through the nodecomm
+# DDP hook (buckets in 4 MB pieces, the default, and whole buckets) and with DDP's own gloo
+# allreduce, and checks that each hook run's final weights agree with gloo's
+# (torch.allclose, rtol 1e-5, atol 1e-6).
 #   ddp_vs_gloo.sh BIN_DIR PYTHON EXAMPLE
 set -u
 BIN=$1 PYTHON=$2 EXAMPLE=$3
@@ -9,9 +10,10 @@ T=$(mktemp -d /tmp/nodecomm-ddp-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 # Small batches: the comparison needs the 10.5M-parameter model, not heavy compute.
 ARGS=(--steps 20 --seed 7 --batch 4 --lr 0.05 --quiet)
-for mode in nodecomm gloo; do
+for mode in nodecomm nodecomm-whole gloo; do
   extra=()
   [ "$mode" = gloo ] && extra=(--reference gloo)
+  [ "$mode" = nodecomm-whole ] && extra=(--piece-mb 0)
   start=$(date +%s)
   if ! "$BIN/nodecomm-launch" --timeout 150 --nodes 2 --ranks-per-node 2 -- \
        "$PYTHON" "$EXAMPLE" "${ARGS[@]}" "${extra[@]}" --save "$T/$mode.pt" >"$T/$mode.log" 2>&1; then
@@ -20,16 +22,31 @@ for mode in nodecomm gloo; do
   grep '^summary:' "$T/$mode.log"
   echo "$mode run: $(( $(date +%s) - start )) s"
 done
-"$PYTHON" - "$T/nodecomm.pt" "$T/gloo.pt" <<'PY'
+"$PYTHON" - "$T/gloo.pt" "$T/nodecomm.pt" "$T/nodecomm-whole.pt" <<'PY'
 import sys
 import torch
-ours, ref = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-assert ours.keys() == ref.keys(), (ours.keys(), ref.keys())
+from nodecomm.torch import HookState
+
+# HookState.pieces: contiguous, covering, at most piece_mb each, nearly equal.
+for numel, piece_mb in [(1, 4), (1_000_003, 4), (4_194_305, 1.5), (10, 0), (2_500_000, 10)]:
+    pieces = HookState(piece_mb=piece_mb).pieces(numel, 4)
+    assert pieces[0][0] == 0 and pieces[-1][1] == numel, (numel, piece_mb, pieces)
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:])), pieces
+    sizes = [end - start for start, end in pieces]
+    assert piece_mb == 0 or max(sizes) * 4 <= piece_mb * 1e6 or len(pieces) == 1, sizes
+    assert max(sizes) - min(sizes) <= 1, sizes
+print(f"ok: HookState.pieces")
+
+ref = torch.load(sys.argv[1])
 bad = 0
-for key in ref:
-    diff = (ours[key] - ref[key]).abs().max().item()
-    ok = torch.allclose(ours[key], ref[key], rtol=1e-5, atol=1e-6)
-    bad += not ok
-    print(f"{'ok' if ok else 'FAIL'}: {key} {tuple(ref[key].shape)} max |diff| {diff:.3g}")
+for path in sys.argv[2:]:
+    ours = torch.load(path)
+    assert ours.keys() == ref.keys(), (ours.keys(), ref.keys())
+    for key in ref:
+        diff = (ours[key] - ref[key]).abs().max().item()
+        ok = torch.allclose(ours[key], ref[key], rtol=1e-5, atol=1e-6)
+        bad += not ok
+        print(f"{'ok' if ok else 'FAIL'}: {path.rsplit('/', 1)[-1]} {key} "
+              f"{tuple(ref[key].shape)} max |diff| {diff:.3g}")
 sys.exit(1 if bad else 0)
 PY
