@@ -11,6 +11,7 @@
 #include "nodecomm/ipc/segment.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/abi.hpp"
+#include "regions.hpp"
 
 namespace nodecomm::daemon {
 
@@ -44,6 +45,12 @@ class ClientSession {
   bool has_segment() const { return segment_.base() != nullptr; }
 
   ipc::RingConsumer<proto::OpDescriptor>& submissions() { return submissions_; }
+
+  // The client's registered regions (ControlType::kRegister), unmapped with the session.
+  RegisteredRegions& regions() { return regions_; }
+  const RegisteredRegions& regions() const { return regions_; }
+  // The daemon's address of a validated descriptor offset: arena or registered region.
+  uint8_t* address(uint64_t offset) const { return regions_.address(segment_.arena(), offset); }
 
   // Queues a completion: into the ring, or into a private overflow list if the client is not
   // draining its ring (never blocks the engine on a slow or hostile client).
@@ -79,6 +86,7 @@ class ClientSession {
   ipc::RingConsumer<proto::OpDescriptor> submissions_;
   ipc::RingProducer<proto::Completion> completions_;
   std::deque<proto::Completion> overflow_;
+  RegisteredRegions regions_;
   size_t unannounced_ = 0;
   bool ring_broken_ = false;
 };

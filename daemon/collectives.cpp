@@ -66,10 +66,10 @@ struct Members {
 
   ClientSession* session(size_t k) const { return job.members[lay.members[k]]; }
   uint8_t* send(size_t k) const {
-    return session(k)->segment().arena() + op.slots[k]->desc.send_offset;
+    return session(k)->address(op.slots[k]->desc.send_offset);
   }
   uint8_t* recv(size_t k) const {
-    return session(k)->segment().arena() + op.slots[k]->desc.recv_offset;
+    return session(k)->address(op.slots[k]->desc.recv_offset);
   }
   bool alive(size_t k) const {
     const ClientSession* m = session(k);

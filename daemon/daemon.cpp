@@ -118,6 +118,10 @@ int Daemon::run(const std::atomic<bool>& stop) {
   // relaxed: the flag is set from a signal handler and only needs to be seen eventually.
   while (!stop.load(std::memory_order_relaxed)) {
     size_t work = do_work();
+    if (take_region_faults()) {
+      drop_poisoned_regions();
+      ++work;
+    }
     if (const uint64_t activity = transport_.activity(); activity != last_network_activity_) {
       last_network_activity_ = activity;
       ++work;  // messages are flowing: poll again soon rather than back off
@@ -326,7 +330,8 @@ void Daemon::on_readable(ClientSession& client) {
   alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
   for (;;) {
     size_t size = 0;
-    const ipc::IoResult r = ipc::recv_message(client.fd(), buffer, sizeof(buffer), size);
+    ipc::Fd passed;  // only a kRegister carries one; any other is closed unused
+    const ipc::IoResult r = ipc::recv_message(client.fd(), buffer, sizeof(buffer), size, &passed);
     if (r == ipc::IoResult::kWouldBlock) return;
     if (r != ipc::IoResult::kOk) {
       drop(client, "closed its control socket (the process exited or crashed)");
@@ -349,6 +354,11 @@ void Daemon::on_readable(ClientSession& client) {
       proto::AdminRequest request;
       std::memcpy(&request, buffer, sizeof(request));
       on_admin(client, request);
+    } else if (kind == proto::ControlType::kRegister && size == sizeof(proto::Register) &&
+               client.state() == ClientSession::State::kJoined) {
+      proto::Register request;
+      std::memcpy(&request, buffer, sizeof(request));
+      on_register(client, request, passed);
     } else if (kind == proto::ControlType::kBye && size == sizeof(proto::Bye)) {
       drop(client, "called finalize");
       return;
@@ -520,6 +530,45 @@ void Daemon::on_mapped(ClientSession& client) {
   } catch (const TransportError& e) {
     job.state = Job::State::kFailed;
     send_job_ready(job, proto::Status::kPeerLost, e.what());
+  }
+}
+
+void Daemon::on_register(ClientSession& client, const proto::Register& request,
+                         const ipc::Fd& fd) {
+  proto::RegisterReply reply{};
+  reply.type = static_cast<uint32_t>(proto::ControlType::kRegisterReply);
+  uint32_t index = 0;
+  std::string error;
+  if (client.regions().add(fd, request.file_offset, request.bytes, config_.max_arena_bytes, index,
+                           error)) {
+    reply.status = static_cast<int32_t>(proto::Status::kOk);
+    reply.region = index;
+    NC_LOG(kDebug, "client {} (pid {}): region {} registered, {} bytes", client.id(),
+           client.cred().pid, index, request.bytes);
+  } else {
+    reply.status = static_cast<int32_t>(proto::Status::kInvalidArgument);
+    ipc::copy_text(reply.message,
+                   fmt::format("nodecommd refused to register {} bytes at file offset {} for "
+                               "local rank {} (pid {}): {}",
+                               request.bytes, request.file_offset, client.local_rank,
+                               client.cred().pid, error));
+    NC_LOG(kWarn, "{}", reply.message);
+  }
+  if (ipc::send_message(client.fd(), &reply, sizeof(reply)) != ipc::IoResult::kOk) {
+    drop(client, "could not be told whether its region was registered");
+  }
+}
+
+void Daemon::drop_poisoned_regions() {
+  for (auto& [id, client] : clients_) {
+    if (client->state() == ClientSession::State::kClosed) continue;
+    if (std::string text = client->regions().poisoned(); !text.empty()) {
+      if (client->job != nullptr && client->job->state == Job::State::kRunning) {
+        client->violation = text;  // the engine fails its operations, naming the rank
+      } else {
+        drop(*client, "protocol violation: " + text);
+      }
+    }
   }
 }
 

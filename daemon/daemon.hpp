@@ -63,6 +63,9 @@ class Daemon {
   std::string apply_setting(const std::string& key, const std::string& value);
   void on_hello(ClientSession& client, const proto::Hello& hello);
   void on_mapped(ClientSession& client);
+  void on_register(ClientSession& client, const proto::Register& request, const ipc::Fd& fd);
+  // Drops every client whose registered region the SIGBUS handler had to replace.
+  void drop_poisoned_regions();
   void reply_hello_error(ClientSession& client, proto::Status status, const std::string& text);
   void drop(ClientSession& client, const std::string& why);
   size_t progress_formation(Job& job);

@@ -107,6 +107,8 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   const uint32_t comm_rank = comm.layout().member_ranks[static_cast<size_t>(k)];
   ipc::ValidationLimits limits{member.segment().arena_bytes(), limits_.max_count,
                                comm.layout().size, comm_rank};
+  limits.region_bytes = member.regions().sizes();
+  limits.region_count = member.regions().count();
   Submission submission{desc, now, {}};
   ipc::Verdict verdict;
   const uint64_t aux_entries =

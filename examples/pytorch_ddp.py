@@ -62,6 +62,9 @@ def parse_args():
     p.add_argument("--piece-mb", type=float, default=4,
                    help="nodecomm hook: post each bucket as pieces of at most this many MB "
                         "(HookState piece_mb; 0: whole buckets; default 4)")
+    p.add_argument("--no-register", action="store_true",
+                   help="nodecomm hook: stage buckets in the arena instead of registering DDP's "
+                        "bucket memory with the daemon (HookState register=False)")
     p.add_argument("--priority", type=int, default=0, help="base priority of the buckets")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per rank (default 1: ranks share few cores)")
@@ -190,6 +193,7 @@ def main():
         ddp.register_comm_hook(None, no_exchange_hook)
     elif not args.reference:
         state = nodecomm.torch.HookState(priority=args.priority, piece_mb=args.piece_mb,
+                                         register=not args.no_register,
                                          compress=None if args.compress == "none"
                                          else args.compress)
         ddp.register_comm_hook(state, nodecomm.torch.allreduce_hook)

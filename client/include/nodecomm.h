@@ -135,6 +135,17 @@ int nc_local_size(const nc_context_t* ctx);
 nc_status_t nc_alloc(nc_context_t* ctx, size_t bytes, void** ptr);
 /* Returns a buffer to the arena. NC_ERR_INVALID_ARGUMENT if `ptr` did not come from nc_alloc. */
 nc_status_t nc_free(nc_context_t* ctx, void* ptr);
+/* Registers memory the caller already has: `bytes` of the file `fd` (a memfd, or a /dev/shm
+ * file, e.g. a PyTorch shared storage) from `file_offset` (page-aligned), which the caller has
+ * mapped MAP_SHARED at `addr`. The daemon maps the same pages (the fd travels over the control
+ * socket; the caller may close its own afterwards), so collectives on buffers inside
+ * [addr, addr + bytes) are zero-copy, as with nc_alloc buffers. The region stays registered,
+ * and the daemon's mapping keeps its pages, until nc_finalize: keep [addr, addr + bytes) mapped
+ * to the same file until then. At most 64 regions per context, and in all at most the daemon's
+ * --max-arena bytes. Shrinking the file afterwards gets this rank dropped with an error, not
+ * the daemon hurt. NC_ERR_INVALID_ARGUMENT, with the daemon's reason, if it refuses. */
+nc_status_t nc_register_fd(nc_context_t* ctx, int fd, uint64_t file_offset, size_t bytes,
+                           void* addr);
 /* Bytes of the arena and how many are free. */
 nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64_t* free_bytes);
 

@@ -107,6 +107,12 @@ nc_status_t nc_free(nc_context_t* ctx, void* ptr) {
   return report(ctx->impl->free(ptr));
 }
 
+nc_status_t nc_register_fd(nc_context_t* ctx, int fd, uint64_t file_offset, size_t bytes,
+                           void* addr) {
+  if (ctx == nullptr) return not_initialized("nc_register_fd");
+  return report(ctx->impl->register_fd(fd, file_offset, bytes, addr));
+}
+
 nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64_t* free_bytes) {
   if (ctx == nullptr) return not_initialized("nc_arena_info");
   ctx->impl->arena_info(total_bytes, free_bytes);

@@ -327,6 +327,64 @@ bool Context::in_arena(const void* p, uint64_t bytes, uint64_t& offset) const {
   return bytes <= arena_.total() - offset;
 }
 
+bool Context::shared_offset(const void* p, uint64_t bytes, uint64_t& offset) const {
+  if (in_arena(p, bytes, offset)) return true;
+  const auto* q = static_cast<const uint8_t*>(p);
+  for (size_t r = 0; r < regions_.size(); ++r) {
+    const Region& region = regions_[r];
+    if (q < region.addr || q > region.addr + region.bytes) continue;
+    const auto within = static_cast<uint64_t>(q - region.addr);
+    if (bytes > region.bytes - within) continue;
+    offset = proto::region_offset(static_cast<uint32_t>(r), within);
+    return true;
+  }
+  return false;
+}
+
+Result Context::register_fd(int fd, uint64_t file_offset, uint64_t bytes, void* addr) {
+  std::lock_guard lock(mutex_);
+  const std::string what = fmt::format("nc_register_fd(fd {}, offset {}, {} bytes)", fd,
+                                       file_offset, bytes);
+  if (fd < 0 || addr == nullptr || bytes == 0) {
+    return fail(NC_ERR_INVALID_ARGUMENT, what + ": needs an open fd, an address and bytes > 0");
+  }
+  if (regions_.size() >= proto::kMaxRegions) {
+    return fail(NC_ERR_NO_MEMORY, fmt::format("{}: {} regions are registered, the most one "
+                                              "context may have",
+                                              what, regions_.size()));
+  }
+  proto::Register request{};
+  request.type = static_cast<uint32_t>(proto::ControlType::kRegister);
+  request.file_offset = file_offset;
+  request.bytes = bytes;
+  if (ipc::send_message(socket_.get(), &request, sizeof(request), fd) != ipc::IoResult::kOk) {
+    return daemon_lost("registering memory");
+  }
+  proto::RegisterReply reply{};
+  size_t size = 0;
+  const int timeout_ms = 30000;
+  const ipc::IoResult io =
+      ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
+  if (io == ipc::IoResult::kTimeout) {
+    return fail(NC_ERR_TIMEOUT, what + ": no answer from nodecommd in 30 s");
+  }
+  if (io != ipc::IoResult::kOk || size != sizeof(reply) ||
+      reply.type != static_cast<uint32_t>(proto::ControlType::kRegisterReply)) {
+    return daemon_lost("registering memory");
+  }
+  if (reply.status != static_cast<int32_t>(proto::Status::kOk)) {
+    return fail(static_cast<nc_status_t>(reply.status),
+                fmt::format("{}: {}", what, ipc::bounded_text(reply.message)));
+  }
+  if (reply.region != regions_.size()) {
+    return fail(NC_ERR_PROTOCOL, fmt::format("{}: nodecommd numbered the region {}, expected {}",
+                                             what, reply.region, regions_.size()));
+  }
+  regions_.push_back({static_cast<const uint8_t*>(addr), bytes});
+  region_sizes_.push_back(bytes);
+  return Result::ok();
+}
+
 Result Context::alloc(size_t bytes, void** ptr) {
   std::lock_guard lock(mutex_);
   const uint64_t alignment = bytes >= (64u << 10) ? 4096 : 64;
@@ -430,8 +488,8 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   d.compression = a.attr != nullptr ? static_cast<uint8_t>(a.attr->compress) : 0;
   d.flags = in_place ? proto::kOpFlagInPlace : 0;
   ipc::copy_text(d.name, r.name);
-  const bool send_in_arena = send_bytes == 0 || in_arena(a.send, send_bytes, d.send_offset);
-  const bool recv_in_arena = recv_bytes == 0 || in_arena(a.recv, recv_bytes, d.recv_offset);
+  const bool send_in_arena = send_bytes == 0 || shared_offset(a.send, send_bytes, d.send_offset);
+  const bool recv_in_arena = recv_bytes == 0 || shared_offset(a.recv, recv_bytes, d.recv_offset);
   if (send_bytes == 0) d.send_offset = 0;
   if (recv_bytes == 0) d.recv_offset = 0;
   if ((!send_in_arena || !recv_in_arena) && in_place) {
@@ -497,6 +555,8 @@ Result Context::post(const CollectiveArgs& a, nc_request_t* req) {
   d.seq = seq;
   r.seq = seq;
   ipc::ValidationLimits limits{arena_.total(), uint64_t{1} << 40, size, rank};
+  limits.region_bytes = region_sizes_.data();
+  limits.region_count = static_cast<uint32_t>(region_sizes_.size());
   limits.aux = a.aux;
   const ipc::Verdict verdict = ipc::validate_descriptor(d, limits);
   if (!verdict.ok()) {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "arena.hpp"
 #include "nodecomm.h"
@@ -67,6 +68,9 @@ class Context {
   Result alloc(size_t bytes, void** ptr);
   Result free(void* ptr);
   void arena_info(uint64_t* total, uint64_t* free_bytes) const;
+  // Passes `fd` to the daemon, which maps [file_offset, +bytes) of it; the caller has the same
+  // bytes mapped at `addr`. Buffers inside are then zero-copy (proto::region_offset).
+  Result register_fd(int fd, uint64_t file_offset, uint64_t bytes, void* addr);
   Result post(const CollectiveArgs& args, nc_request_t* req);
   // NC_IN_PROGRESS, or the final status (and the request is released).
   Result test(nc_request_t id);
@@ -126,6 +130,8 @@ class Context {
   // Releases a completed request and produces its result. Caller holds mutex_.
   Result retire(std::unordered_map<nc_request_t, Request>::iterator it);
   bool in_arena(const void* p, uint64_t bytes, uint64_t& offset) const;
+  // The descriptor offset of [p, p + bytes): in the arena or inside one registered region.
+  bool shared_offset(const void* p, uint64_t bytes, uint64_t& offset) const;
   std::string describe(const Request& r) const;
   Result daemon_lost(const std::string& during) const;
   // Writes the segment's client heartbeat while the context lives, so that the daemon can tell
@@ -138,6 +144,12 @@ class Context {
   ipc::RingProducer<proto::OpDescriptor> submissions_;
   ipc::RingConsumer<proto::Completion> completions_;
   ArenaAllocator arena_;
+  struct Region {
+    const uint8_t* addr;
+    uint64_t bytes;
+  };
+  std::vector<Region> regions_;  // index = the daemon's region number; guarded by mutex_
+  std::vector<uint64_t> region_sizes_;  // the same regions' bytes, for ipc::ValidationLimits
   mutable std::mutex mutex_;
   std::unordered_map<nc_request_t, Request> requests_;
   std::unordered_map<uint32_t, uint64_t> next_seq_;

@@ -82,9 +82,23 @@ std::optional<PeerCredentials> peer_credentials(int fd) {
   return PeerCredentials{cred.pid, cred.uid, cred.gid};
 }
 
-IoResult send_message(int fd, const void* data, size_t bytes) {
+IoResult send_message(int fd, const void* data, size_t bytes, int passed_fd) {
+  iovec iov{const_cast<void*>(data), bytes};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (passed_fd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &passed_fd, sizeof(int));
+  }
   for (;;) {
-    const ssize_t n = ::send(fd, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = ::sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(bytes)) return IoResult::kOk;
     if (n >= 0) return IoResult::kError;  // SEQPACKET never sends a partial record
     if (errno == EINTR) continue;
@@ -94,11 +108,30 @@ IoResult send_message(int fd, const void* data, size_t bytes) {
   }
 }
 
-IoResult recv_message(int fd, void* data, size_t capacity, size_t& received) {
+IoResult recv_message(int fd, void* data, size_t capacity, size_t& received, Fd* passed) {
+  iovec iov{data, capacity};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  // Room for a few descriptors: whatever a peer attaches is taken and closed here unless the
+  // caller asked for one, so none leaks into this process.
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
   for (;;) {
-    const ssize_t n = ::recv(fd, data, capacity, MSG_DONTWAIT);
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n > 0) {
       received = static_cast<size_t>(n);
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int received_fd = -1;
+          std::memcpy(&received_fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          Fd owned(received_fd);
+          if (passed != nullptr && !passed->valid()) *passed = std::move(owned);
+        }
+      }
       return IoResult::kOk;
     }
     if (n == 0) return IoResult::kClosed;

@@ -22,13 +22,33 @@ Verdict reject(Status s, std::string message) {
   return Verdict{s, std::move(message)};
 }
 
-// [offset, offset + bytes) inside [0, arena) without overflow, naturally aligned.
+// [offset, offset + bytes) inside [0, arena), or inside one registered region, without
+// overflow, naturally aligned.
 Verdict check_buffer(const char* which, uint64_t offset, uint64_t bytes, uint64_t elem,
-                     uint64_t arena) {
-  if (offset > arena || bytes > arena - offset) {
-    return reject(Status::kOutOfRange,
-                  fmt::format("{} buffer [offset {}, +{} bytes) lies outside the {}-byte arena",
-                              which, offset, bytes, arena));
+                     const ValidationLimits& limits) {
+  const int64_t region = proto::region_of(offset);
+  if (region < 0) {
+    const uint64_t arena = limits.arena_bytes;
+    if (offset > arena || bytes > arena - offset) {
+      return reject(Status::kOutOfRange,
+                    fmt::format("{} buffer [offset {}, +{} bytes) lies outside the {}-byte arena",
+                                which, offset, bytes, arena));
+    }
+  } else {
+    const uint64_t within = offset & proto::kRegionOffsetMask;
+    if (region >= limits.region_count || limits.region_bytes == nullptr) {
+      return reject(Status::kOutOfRange,
+                    fmt::format("{} buffer names registered region {}, and {} region(s) are "
+                                "registered",
+                                which, region, limits.region_count));
+    }
+    const uint64_t size = limits.region_bytes[region];
+    if (within > size || bytes > size - within) {
+      return reject(Status::kOutOfRange,
+                    fmt::format("{} buffer [offset {}, +{} bytes) of registered region {} lies "
+                                "outside its {} bytes",
+                                which, within, bytes, region, size));
+    }
   }
   if (elem != 0 && offset % elem != 0) {
     return reject(Status::kInvalidArgument,
@@ -126,11 +146,11 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
   // Cannot overflow: count <= 2^40, comm_size <= 2^20, elem <= 8.
   const uint64_t send_bytes = elems.send * elem;
   const uint64_t recv_bytes = elems.recv * elem;
-  if (Verdict v = check_buffer("send", d.send_offset, send_bytes, elem, limits.arena_bytes);
+  if (Verdict v = check_buffer("send", d.send_offset, send_bytes, elem, limits);
       !v.ok()) {
     return v;
   }
-  if (Verdict v = check_buffer("receive", d.recv_offset, recv_bytes, elem, limits.arena_bytes);
+  if (Verdict v = check_buffer("receive", d.recv_offset, recv_bytes, elem, limits);
       !v.ok()) {
     return v;
   }

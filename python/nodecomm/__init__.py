@@ -28,7 +28,7 @@ from ._capi import (ERR_DAEMON_LOST, ERR_INTERNAL, ERR_INVALID_ARGUMENT, ERR_MIS
 from ._core import (Request, allgather, alloc_array, alloc_tensor, allreduce, alltoall,
                     arena_info, barrier, broadcast, finalize, init, initialized, is_arena,
                     local_rank, local_size, node_count, node_index, reduce, reduce_scatter,
-                    wait_all, world_rank, world_size)
+                    register_fd, wait_all, world_rank, world_size)
 
 __version__ = "0.1.0"
 COMM_WORLD = 0
@@ -36,7 +36,8 @@ COMM_WORLD = 0
 __all__ = [
     "Error", "Request", "LIBRARY_PATH", "COMM_WORLD", "init", "finalize", "initialized",
     "world_rank", "world_size", "node_index", "node_count", "local_rank", "local_size",
-    "arena_info", "alloc_array", "alloc_tensor", "is_arena", "allreduce", "reduce",
+    "arena_info", "alloc_array", "alloc_tensor", "is_arena", "register_fd", "allreduce",
+    "reduce",
     "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier", "wait_all",
     # status codes, as nodecomm.Error.status
     "OK", "ERR_INVALID_ARGUMENT", "ERR_OUT_OF_RANGE", "ERR_UNSUPPORTED", "ERR_MISMATCH",

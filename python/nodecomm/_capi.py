@@ -138,6 +138,8 @@ nc_local_rank = _declare("nc_local_rank", ctypes.c_int, context_p)
 nc_local_size = _declare("nc_local_size", ctypes.c_int, context_p)
 nc_alloc = _declare("nc_alloc", status_t, context_p, _SZ, ctypes.POINTER(_P))
 nc_free = _declare("nc_free", status_t, context_p, _P)
+nc_register_fd = _declare("nc_register_fd", status_t, context_p, ctypes.c_int, ctypes.c_uint64,
+                          _SZ, _P)
 nc_arena_info = _declare(
     "nc_arena_info", status_t, context_p, ctypes.POINTER(ctypes.c_uint64),
     ctypes.POINTER(ctypes.c_uint64))

@@ -27,6 +27,9 @@ class _Context:
         self.size = _capi.nc_world_size(handle)
         self.lock = threading.RLock()
         self.blocks = {}  # arena address -> bytes, for the blocks nc_alloc gave us
+        # Registered regions: (address, bytes, owner). `owner` (e.g. a torch storage) is kept
+        # alive until finalize, so that its memory is neither freed nor reused meanwhile.
+        self.regions = []
         self.inflight = {}  # request handle -> Request: keeps buffers alive until completion
         # Blocks whose last array/tensor died. Finalizers only append here (thread-safe, takes
         # no lock): they can run inside any allocation, even one made while self.lock is held
@@ -41,11 +44,13 @@ class _Context:
                     _capi.nc_free(self.handle, address)
 
     def in_arena(self, address, nbytes):
+        """True if [address, +nbytes) is zero-copy memory: an arena block or a registered
+        region."""
         self.drain_frees()
         with self.lock:
-            blocks = list(self.blocks.items())
+            spans = list(self.blocks.items()) + [(a, n) for a, n, _ in self.regions]
         return any(start <= address and address + nbytes <= start + size
-                   for start, size in blocks)
+                   for start, size in spans)
 
 
 def _context(what):
@@ -218,6 +223,22 @@ def alloc_tensor(shape, dtype="float32"):
         return torch.empty(shape, dtype=torch_dtype)
     # torch.frombuffer holds a reference to `raw` for as long as the tensor's storage lives.
     return torch.frombuffer(raw, dtype=torch_dtype, count=count).view(shape)
+
+
+def register_fd(fd, nbytes, address, file_offset=0, owner=None):
+    """Registers memory this process has mapped MAP_SHARED at `address` from file descriptor
+    `fd` (a memfd or /dev/shm file) at `file_offset`: collectives on buffers inside
+    [address, address + nbytes) become zero-copy, as on alloc_array/alloc_tensor buffers (the
+    daemon maps the same pages). The region stays registered until finalize(); `owner` (the
+    object that owns the mapping) is kept alive until then. See nc_register_fd."""
+    ctx = _context("register_fd")
+    with ctx.lock:
+        if any(start == address and size == nbytes for start, size, _ in ctx.regions):
+            return  # already registered
+        status = _capi.nc_register_fd(ctx.handle, int(fd), int(file_offset), int(nbytes),
+                                      int(address))
+        _capi.raise_for_status(status, f"rank {ctx.rank}: register_fd({nbytes} bytes)")
+        ctx.regions.append((int(address), int(nbytes), owner))
 
 
 def is_arena(obj):

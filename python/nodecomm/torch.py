@@ -22,13 +22,34 @@ import os
 import threading
 import time
 import uuid
+import warnings
 
 import torch
 
 from . import _capi, _core
 from ._capi import Error
 
-__all__ = ["HookState", "allreduce_hook", "init_process_group", "rendezvous_file"]
+__all__ = ["HookState", "allreduce_hook", "init_process_group", "register_tensor",
+           "rendezvous_file"]
+
+
+def register_tensor(tensor):
+    """Makes collectives on `tensor` (and on every view of its storage) zero-copy: moves the
+    storage into shared memory in place, as Tensor.share_memory_() does with torch's
+    file-descriptor strategy (every view follows; the data is kept), and registers that memory
+    with the daemon (nodecomm.register_fd). The storage stays allocated until
+    nodecomm.finalize(). Raises nodecomm.Error if the daemon refuses (its --max-arena limit,
+    64 regions), TypeError for a non-CPU tensor."""
+    if tensor.device.type != "cpu":
+        raise TypeError(f"register_tensor: a CPU tensor is needed, not {tensor.device}")
+    storage = tensor.storage()
+    share_fd = getattr(storage, "_share_fd_cpu_", None) or getattr(storage, "_share_fd_", None)
+    if share_fd is None:
+        raise TypeError("register_tensor: this torch cannot share storages by descriptor")
+    fd = share_fd()[0]
+    if fd < 0:
+        raise TypeError("register_tensor: the storage is shared by file name, not descriptor")
+    _core.register_fd(fd, storage.nbytes(), storage.data_ptr(), owner=storage)
 
 
 class HookState:
@@ -41,6 +62,11 @@ class HookState:
     name       prefix of the per-bucket tensor names ("<name>.bucket<i>"): int8 compression
                keeps its error-feedback residual per name, and diagnostics show them.
     average    True: every rank gets the mean (op avg); False: the sum.
+    register   True: register each bucket's own memory with the daemon (register_tensor) the
+               first time the hook sees it, so the daemon reads the gradients and writes the
+               result in place: no copy at all. DDP allocates its buckets once (again after
+               its first step, when it rebuilds them), so this happens twice per bucket.
+               Falls back to `zero_copy` if registration is refused.
     zero_copy  True: stage each bucket in a persistent arena buffer (one copy in, one copy
                back into the bucket on the completion thread). False: post the bucket's own
                memory and let libnodecomm copy it in and out.
@@ -53,7 +79,7 @@ class HookState:
     """
 
     def __init__(self, priority=0, compress=None, name="ddp", average=True, zero_copy=True,
-                 timeout=None, piece_mb=4):
+                 timeout=None, piece_mb=4, register=True):
         if compress is not None and str(compress).lower() not in _capi.COMPRESS:
             raise ValueError(f"HookState: unknown compress {compress!r}")
         self.priority = int(priority)
@@ -61,6 +87,8 @@ class HookState:
         self.name = name
         self.average = average
         self.zero_copy = zero_copy
+        self.register = register
+        self.registration_error = None  # why registering a bucket failed, if it did
         if piece_mb < 0:
             raise ValueError(f"HookState: piece_mb must be >= 0, not {piece_mb!r}")
         self.piece_bytes = int(piece_mb * 1e6)
@@ -87,6 +115,22 @@ class HookState:
                 return None
             self._staging[index] = buf
         return buf
+
+    def registered(self, grads):
+        """True if the bucket's memory is registered with the daemon (registering it now if
+        it is new); False, once and for all, after a refusal."""
+        if not self.register or self.registration_error is not None:
+            return False
+        if _core.is_arena(grads):
+            return True
+        try:
+            register_tensor(grads)
+        except (Error, TypeError) as e:
+            self.registration_error = e
+            warnings.warn(f"nodecomm.torch: buckets go through staging copies: {e}",
+                          RuntimeWarning, stacklevel=3)
+            return False
+        return True
 
     def pieces(self, numel, element_size):
         """[(start, end)) element ranges that split a bucket of `numel` elements into pieces
@@ -235,7 +279,9 @@ def allreduce_hook(state, bucket):
     pending = _BucketFuture(future, grads, len(pieces))
     completer = _get_completer()
     try:
-        staging = state.staging_buffer(index, grads) if state.zero_copy else None
+        in_place = state.registered(grads)
+        staging = (state.staging_buffer(index, grads)
+                   if state.zero_copy and not in_place else None)
         for number, (start, end) in enumerate(pieces):
             name = f"{state.name}.bucket{index}"
             if len(pieces) > 1:

@@ -71,9 +71,10 @@ class FakeBucket:
         return self._buffer
 
 
-def run_hook(core, numel, piece_mb, index=3, zero_copy=True, timeout=30.0):
+def run_hook(core, numel, piece_mb, index=3, zero_copy=True, timeout=30.0, register=False):
     _core.allreduce = core.allreduce
-    state = nct.HookState(piece_mb=piece_mb, zero_copy=zero_copy, timeout=timeout)
+    state = nct.HookState(piece_mb=piece_mb, zero_copy=zero_copy, timeout=timeout,
+                          register=register)
     values = torch.arange(numel, dtype=torch.float32)
     grads = values.clone()
     future = nct.allreduce_hook(state, FakeBucket(index, grads))
@@ -115,6 +116,16 @@ def main():
         check({p[2] for p in core.posts} == {3} and {p[3] for p in core.posts} == {"avg"},
               "every piece has the bucket's priority and op avg")
         check(state.buckets_posted == 1, "one bucket counted as posted")
+
+    # A registered bucket (here: one the fake says is shared memory) goes out in place.
+    real_is_arena = _core.is_arena
+    _core.is_arena = lambda obj: True
+    core = FakeCore()
+    numel = 1_000_003
+    state, values, grads, future = run_hook(core, numel, piece_mb=1.0, register=True)
+    check(wait(future) is grads and torch.equal(grads, values * 2) and len(core.posts) == 5 and
+          not state._staging, "a registered bucket is reduced in place, without staging")
+    _core.is_arena = real_is_arena
 
     core = FakeCore()
     _, values, grads, future = run_hook(core, 1000, piece_mb=4)

@@ -57,10 +57,13 @@ std::optional<PeerCredentials> peer_credentials(int fd);
 
 enum class IoResult { kOk, kWouldBlock, kClosed, kError, kTimeout };
 
-// Sends one message without blocking (MSG_DONTWAIT | MSG_NOSIGNAL).
-IoResult send_message(int fd, const void* data, size_t bytes);
-// Receives one message without blocking; `received` is its size.
-IoResult recv_message(int fd, void* data, size_t capacity, size_t& received);
+// Sends one message without blocking (MSG_DONTWAIT | MSG_NOSIGNAL), with `passed_fd` attached
+// (SCM_RIGHTS) when it is not negative.
+IoResult send_message(int fd, const void* data, size_t bytes, int passed_fd = -1);
+// Receives one message without blocking; `received` is its size. A descriptor attached to it
+// goes to `*passed` (when given and not yet holding one); any other is closed.
+IoResult recv_message(int fd, void* data, size_t capacity, size_t& received,
+                      Fd* passed = nullptr);
 // Waits up to timeout_ms for one message.
 IoResult recv_message_timed(int fd, void* data, size_t capacity, size_t& received, int timeout_ms);
 // True when the peer has closed its end (or the socket has failed), without consuming data.

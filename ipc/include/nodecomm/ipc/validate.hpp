@@ -30,6 +30,9 @@ struct ValidationLimits {
   // allgatherv/alltoallv: the daemon's private copy of the count arrays (aux_entries long),
   // taken after check_aux_range() passed.
   const uint64_t* aux = nullptr;
+  // Sizes of the client's registered regions (proto::region_offset); none by default.
+  const uint64_t* region_bytes = nullptr;
+  uint32_t region_count = 0;
 };
 
 // allgatherv/alltoallv: the count arrays at aux_offset lie inside the arena, 8-byte aligned.
@@ -40,7 +43,8 @@ Verdict vector_extents(proto::Collective c, const uint64_t* aux, uint32_t size, 
                        uint64_t count, uint64_t max_count, proto::BufferElems& out);
 
 // Checks enums, flags, reserved fields, element count and root, and that the buffers the
-// collective uses on this rank lie inside the arena with natural alignment, without
+// collective uses on this rank lie inside the arena (or inside one registered region) with
+// natural alignment, without
 // arithmetic overflow, and alias only as the collective's in-place convention allows.
 Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits& limits);
 

@@ -5,7 +5,8 @@
 //    process-shared mutexes (a process that dies holding one wedges the node);
 //  - positions are monotonic uint64 counters with exactly one writer each, on their own
 //    128-byte line (two 64-byte lines, because adjacent-line prefetch shares pairs);
-//  - buffers are named by offsets into the client's arena, never by address;
+//  - buffers are named by offsets into the client's arena or a region it registered (see
+//    region_offset), never by address;
 //  - the header's layout_version is written last with release semantics: a reader that
 //    sees the expected version (acquire) sees a fully initialised segment.
 // Changing any struct here means bumping kLayoutVersion.
@@ -20,7 +21,7 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
-inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint32_t kLayoutVersion = 5;
 inline constexpr size_t kLineBytes = 128;
 inline constexpr size_t kTensorNameBytes = 40;
 // Room for a mismatch report that lists every local rank's submission, or a failure that
@@ -42,6 +43,23 @@ struct RingHeader {
 };
 static_assert(sizeof(RingHeader) == 2 * kLineBytes);
 static_assert(offsetof(RingHeader, head) == kLineBytes);
+
+// Registered regions: memory of the client's own (a memfd or /dev/shm file it passed over the
+// control socket, ControlType::kRegister) that the daemon maps next to the arena. Descriptor
+// offsets below 2^kRegionShift name the arena; (r + 1) << kRegionShift | x names byte x of
+// region r. Arenas are far smaller than 2^40 bytes (--max-arena), so the two never meet.
+inline constexpr unsigned kRegionShift = 40;
+inline constexpr uint32_t kMaxRegions = 64;
+inline constexpr uint64_t kRegionOffsetMask = (uint64_t{1} << kRegionShift) - 1;
+constexpr uint64_t region_offset(uint32_t region, uint64_t within) {
+  return (uint64_t{region} + 1) << kRegionShift | within;
+}
+// The region an offset names, or -1 for the arena.
+constexpr int64_t region_of(uint64_t offset) {
+  return static_cast<int64_t>(offset >> kRegionShift) - 1;
+}
+static_assert(region_offset(0, 5) >> kRegionShift == 1 && region_of(region_offset(63, 0)) == 63);
+static_assert(region_of(kRegionOffsetMask) == -1);
 
 // Flags of an OpDescriptor.
 inline constexpr uint32_t kOpFlagInPlace = 1u << 0;  // send buffer is the receive buffer

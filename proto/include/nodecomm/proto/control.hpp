@@ -25,6 +25,8 @@ enum class ControlType : uint32_t {
   kBye = 6,         // client → daemon: orderly finalize
   kAdminRequest = 7,  // nodecommctl → daemon: change a setting, start or stop a trace
   kAdminReply = 8,    // daemon → nodecommctl: done, or why not
+  kRegister = 9,       // client → daemon, with one fd (SCM_RIGHTS): map it as a region
+  kRegisterReply = 10,  // daemon → client: the region's index, or why not
 };
 
 // Scheduling parameters a job may set for itself (from its ranks' NODECOMM_* environment);
@@ -89,6 +91,26 @@ struct Bye {
   uint32_t reserved;
 };
 
+// Registers `bytes` of the passed file from `file_offset` (page-aligned) as the client's next
+// region. The file must be a regular file or memfd the daemon can map read-write.
+struct Register {
+  uint32_t type;  // kRegister
+  uint32_t reserved;
+  uint64_t file_offset;
+  uint64_t bytes;
+};
+static_assert(sizeof(Register) == 24 && std::is_trivially_copyable_v<Register>);
+
+struct RegisterReply {
+  uint32_t type;  // kRegisterReply
+  int32_t status;
+  uint32_t region;  // on kOk: descriptors address it with region_offset(region, x)
+  uint32_t reserved;
+  char message[kControlMessageBytes];
+};
+static_assert(sizeof(RegisterReply) == 16 + kControlMessageBytes &&
+              std::is_trivially_copyable_v<RegisterReply>);
+
 // Administration (nodecommctl set / trace). Allowed for root, the daemon's uid and the
 // admin-group, as SO_PEERCRED tells the daemon; anyone else gets kPermission.
 inline constexpr uint32_t kAdminProtocolVersion = 1;
@@ -122,7 +144,8 @@ static_assert(sizeof(AdminReply) == 16 + kControlMessageBytes &&
               std::is_trivially_copyable_v<AdminReply>);
 
 inline constexpr size_t kMaxControlMessageBytes = sizeof(HelloReply);
-static_assert(sizeof(AdminRequest) <= kMaxControlMessageBytes);
+static_assert(sizeof(AdminRequest) <= kMaxControlMessageBytes &&
+              sizeof(RegisterReply) <= kMaxControlMessageBytes);
 static_assert(sizeof(JobReady) <= kMaxControlMessageBytes &&
               sizeof(Hello) <= kMaxControlMessageBytes);
 
