@@ -325,10 +325,12 @@ void Engine::finish(Job& job, Communicator& comm, Operation& op) {
     stage_out(ctx, op);
   }
   if (op.member_lost_midway) {
+    // The poison names the member and why it was lost (Engine::member_lost).
+    const std::string why = comm.poisoned() ? ": " + comm.poison_reason() : std::string();
     complete(job, comm, op, Status::kPeerLost,
              fmt::format("{} seq {} cannot complete: a member of comm {} was lost while its "
-                         "buffers were in use",
-                         describe_submission(op.first()), op.seq, comm.id()));
+                         "buffers were in use{}",
+                         describe_submission(op.first()), op.seq, comm.id(), why));
     return;
   }
   complete(job, comm, op, Status::kOk, {});

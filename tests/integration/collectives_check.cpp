@@ -4,12 +4,13 @@
 // reference of tools/bench/collectives.hpp, the same one nodecomm-bench --check uses.
 //
 //   collectives_check [--ops LIST] [--dtypes LIST] [--redops LIST] [--counts LIST]
-//                     [--roots LIST]
+//                     [--roots LIST] [--buffers arena|registered]
 //
 // Counts are the count argument of each call (per rank for reduce_scatter, allgather, gather,
 // scatter and alltoall). Roots are ranks or "last". Layouts:
-//   out-of-place  send and recv from nc_alloc (zero-copy path)
-//   in-place      one nc_alloc'd buffer aliased as nodecomm.h documents (not alltoall)
+//   out-of-place  send and recv from nc_alloc (zero-copy path); with --buffers registered,
+//                 from a memfd of this rank's own that nc_register_fd registered instead
+//   in-place      one such buffer aliased as nodecomm.h documents (not alltoall)
 //   heap          send and recv from the heap (the library copies through its arena)
 //   null          rooted collectives: non-roots pass NULL for the buffer they do not use
 // Combinations without a defined result (avg on integers, in-place alltoall) are skipped.
@@ -18,6 +19,8 @@
 // results and failed calls. Exit status: 0 when nothing was wrong and no call failed, 1
 // otherwise, 2 on bad flags.
 #include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -25,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -92,6 +96,7 @@ struct Options {
   std::vector<nc_redop_t> redops;
   std::vector<size_t> counts;
   std::vector<std::string> roots;  // resolved once the world size is known
+  bool registered = false;         // --buffers registered
 };
 
 Options parse_options(int argc, char** argv) {
@@ -100,6 +105,7 @@ Options parse_options(int argc, char** argv) {
   std::string redops = "sum,prod,min,max,avg";
   std::string counts = "1,7,4099";
   std::string roots = "0,last";
+  std::string buffers = "arena";
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value", flag));
@@ -114,12 +120,18 @@ Options parse_options(int argc, char** argv) {
       counts = value;
     } else if (flag == "--roots") {
       roots = value;
+    } else if (flag == "--buffers") {
+      if (value != "arena" && value != "registered") {
+        throw UsageError(fmt::format("--buffers: '{}' is not arena or registered", value));
+      }
+      buffers = value;
     } else {
-      throw UsageError(
-          fmt::format("unknown flag {} (flags: --ops --dtypes --redops --counts --roots)", flag));
+      throw UsageError(fmt::format(
+          "unknown flag {} (flags: --ops --dtypes --redops --counts --roots --buffers)", flag));
     }
   }
   Options o;
+  o.registered = buffers == "registered";
   if (ops == "all") {
     o.ops.assign(nodecomm::bench::kBenchCollectives.begin(),
                  nodecomm::bench::kBenchCollectives.end());
@@ -202,15 +214,65 @@ uint64_t arena_bytes_for(const Options& o, int size) {
   return std::max<uint64_t>(need, 64ull << 20);
 }
 
-// A block of the arena, or of the heap (kept 8-byte aligned for every dtype); null for zero
-// bytes, which a run asks for when a rank passes no buffer.
+// --buffers registered: this rank's own memfd, registered with nc_register_fd, handed out as
+// a stack (runs free their blocks in reverse order).
+class RegisteredPool {
+ public:
+  RegisteredPool(nc_context_t* ctx, uint64_t bytes) : bytes_(bytes) {
+    fd_ = memfd_create("collectives_check", MFD_CLOEXEC);
+    if (fd_ < 0 || ftruncate(fd_, static_cast<off_t>(bytes)) != 0) {
+      throw std::runtime_error("memfd_create/ftruncate failed");
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of the memfd failed");
+    base_ = static_cast<uint8_t*>(p);
+    if (const nc_status_t s = nc_register_fd(ctx, fd_, 0, bytes, base_); s != NC_OK) {
+      throw std::runtime_error(fmt::format("nc_register_fd of {} bytes: {}: {}", bytes,
+                                           nc_status_string(s), nc_last_error()));
+    }
+  }
+  RegisteredPool(const RegisteredPool&) = delete;
+  RegisteredPool& operator=(const RegisteredPool&) = delete;
+  ~RegisteredPool() {
+    // The daemon keeps its own mapping until nc_finalize; this one may go now.
+    munmap(base_, bytes_);
+    close(fd_);
+  }
+  void* take(size_t bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded > bytes_ - top_) {
+      throw std::runtime_error(fmt::format("the registered pool has {} of {} bytes left, {} asked",
+                                           bytes_ - top_, bytes_, bytes));
+    }
+    void* p = base_ + top_;
+    top_ += rounded;
+    return p;
+  }
+  void give_back(const void* p) { top_ = static_cast<size_t>(static_cast<const uint8_t*>(p) - base_); }
+
+ private:
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t bytes_;
+  size_t top_ = 0;
+};
+
+// A block of the arena (or of the registered pool, when given), or of the heap (kept 8-byte
+// aligned for every dtype); null for zero bytes, which a run asks for when a rank passes no
+// buffer.
 class Block {
  public:
-  Block(nc_context_t* ctx, size_t bytes, bool heap) : ctx_(ctx) {
+  Block(nc_context_t* ctx, size_t bytes, bool heap, RegisteredPool* pool = nullptr)
+      : ctx_(ctx) {
     if (bytes == 0) return;
     if (heap) {
       heap_.resize((bytes + 7) / 8);
       ptr_ = heap_.data();
+      return;
+    }
+    if (pool != nullptr) {
+      ptr_ = pool->take(bytes);
+      pool_ = pool;
       return;
     }
     if (const nc_status_t s = nc_alloc(ctx, bytes, &ptr_); s != NC_OK) {
@@ -224,6 +286,7 @@ class Block {
   Block& operator=(const Block&) = delete;
   ~Block() {
     if (arena_) (void)nc_free(ctx_, ptr_);
+    if (pool_ != nullptr) pool_->give_back(ptr_);
   }
   void* get() const { return ptr_; }
 
@@ -231,6 +294,7 @@ class Block {
   nc_context_t* ctx_;
   void* ptr_ = nullptr;
   bool arena_ = false;
+  RegisteredPool* pool_ = nullptr;
   std::vector<uint64_t> heap_;
 };
 
@@ -299,7 +363,9 @@ class Checker {
         rank_(nc_world_rank(ctx)),
         size_(nc_world_size(ctx)),
         roots_(resolve_roots(options.roots, size_)),
-        arena_bytes_(arena_bytes) {}
+        arena_bytes_(arena_bytes),
+        pool_(options.registered ? std::make_unique<RegisteredPool>(ctx, arena_bytes) : nullptr) {
+  }
 
   // False once a failure leaves the ranks possibly out of step, which ends the loop.
   bool run_all() {
@@ -390,9 +456,10 @@ class Checker {
     try {
       const bool heap = mode == Mode::kHeap;
       const bool inplace = mode == Mode::kInPlace;
-      Block one(ctx_, inplace ? shape.inplace_elems * element : 0, false);
-      Block send(ctx_, !inplace && pass_send ? shape.send_elems * element : 0, heap);
-      Block recv(ctx_, !inplace && pass_recv ? shape.recv_elems * element : 0, heap);
+      RegisteredPool* pool = pool_.get();
+      Block one(ctx_, inplace ? shape.inplace_elems * element : 0, false, pool);
+      Block send(ctx_, !inplace && pass_send ? shape.send_elems * element : 0, heap, pool);
+      Block recv(ctx_, !inplace && pass_recv ? shape.recv_elems * element : 0, heap, pool);
       CallBuffers call{send.get(), recv.get()};
       if (inplace) {
         call = c.inplace_buffers(one.get(), rank_);
@@ -452,6 +519,7 @@ class Checker {
   const int size_;
   const std::vector<int> roots_;
   const uint64_t arena_bytes_;
+  std::unique_ptr<RegisteredPool> pool_;  // --buffers registered
   std::map<std::string_view, Tally> per_collective_;
   int reported_ = 0;
 };

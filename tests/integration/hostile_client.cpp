@@ -22,6 +22,12 @@
 //                    arena (inside the arena the header now claims)
 //   header-arena     only arena_bytes, then that allreduce (a reproducer; run it on 1 node)
 //   header-doorbells only doorbells_offset, then a valid world allreduce (a reproducer)
+//   regions          registration requests the daemon must refuse (no descriptor, a pipe, a
+//                    range past the file, an unaligned offset), then a good memfd region it
+//                    takes part in the world allreduce from (exactly), then a buffer in a
+//                    region it never registered
+//   region-truncate  registers a memfd, truncates it, and posts the world allreduce from it:
+//                    the daemon must survive the SIGBUS and drop it, naming the shrunken region
 //   flood            up to 50000 failing operations without ever consuming a completion:
 //                    expects the daemon to stop taking them after about three rings' worth
 //                    (backpressure or a drop), not a growing backlog
@@ -43,6 +49,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -209,6 +216,124 @@ int attack_offsets(RawClient& c) {
   // and message is covered by the unit tests, tests/unit/validate_test.cpp).
   if (int bad = expect_errors(c, errors)) return bad;
   return expect_dropped(c, "a buffer outside its arena");
+}
+
+// Sends a kRegister (with `passed_fd` attached unless negative) and returns the reply.
+proto::RegisterReply register_region(RawClient& c, int passed_fd, uint64_t file_offset,
+                                     uint64_t bytes) {
+  proto::Register request{};
+  request.type = static_cast<uint32_t>(proto::ControlType::kRegister);
+  request.file_offset = file_offset;
+  request.bytes = bytes;
+  proto::RegisterReply reply{};
+  reply.status = -1;
+  if (ipc::send_message(c.fd.get(), &request, sizeof(request), passed_fd) != ipc::IoResult::kOk) {
+    ipc::copy_text(reply.message, "send failed");
+    return reply;
+  }
+  size_t size = 0;
+  if (ipc::recv_message_timed(c.fd.get(), &reply, sizeof(reply), size, static_cast<int>(timeout_sec() * 1000)) !=
+          ipc::IoResult::kOk ||
+      size != sizeof(reply)) {
+    reply.status = -1;
+    ipc::copy_text(reply.message, "no reply");
+  }
+  return reply;
+}
+
+// A memfd of `bytes`, mapped here; -1 on failure.
+int make_memfd(uint64_t bytes, void** mapped) {
+  const int fd = ::memfd_create("nodecomm-hostile", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return -1;
+  *mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return *mapped == MAP_FAILED ? -1 : fd;
+}
+
+int attack_regions(RawClient& c) {
+  int pipe_fds[2] = {-1, -1};
+  if (::pipe(pipe_fds) != 0) return hostile_fail(c, "pipe failed");
+  void* small = nullptr;
+  const int small_fd = make_memfd(4096, &small);
+  struct Refused {
+    int fd;
+    uint64_t offset, bytes;
+    const char* words;
+  };
+  const Refused refused[] = {
+      {-1, 0, 4096, "no file descriptor came with the request"},
+      {pipe_fds[0], 0, 4096, "not a regular file"},
+      {small_fd, 0, 8192, "page-aligned range of the 4096-byte file"},
+      {small_fd, 100, 64, "page-aligned range"},
+      {small_fd, 0, 0, "non-empty"},
+  };
+  for (const Refused& r : refused) {
+    const proto::RegisterReply reply = register_region(c, r.fd, r.offset, r.bytes);
+    const std::string text = ipc::bounded_text(reply.message);
+    if (reply.status != static_cast<int32_t>(Status::kInvalidArgument) || !contains(text, r.words)) {
+      return hostile_fail(c, fmt::format("register refusal: expected '{}', got status {}: {}",
+                                         r.words, reply.status, text));
+    }
+    std::printf("hostile_client: refused as expected: %s\n", text.c_str());
+  }
+  // A good region: the world allreduce runs from it, in place, exactly.
+  void* mapped = nullptr;
+  const uint64_t bytes = kWorldCount * sizeof(int64_t) + 8192;
+  const int fd = make_memfd(bytes, &mapped);
+  const proto::RegisterReply ok = register_region(c, fd, 0, bytes);
+  if (fd < 0 || ok.status != 0 || ok.region != 0) {
+    return hostile_fail(c, fmt::format("register a memfd: status {} region {}: {}", ok.status,
+                                       ok.region, ipc::bounded_text(ok.message)));
+  }
+  ::close(fd);  // the daemon holds its own mapping
+  auto* buf = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(mapped) + 4096);
+  for (uint64_t i = 0; i < kWorldCount; ++i) buf[i] = world_value(3, c.world_rank, i);
+  OpDescriptor d = make_desc(Collective::kAllreduce, DType::kI64, RedOp::kSum, 0, 3, kWorldCount,
+                             proto::region_offset(0, 4096), proto::region_offset(0, 4096));
+  d.flags = proto::kOpFlagInPlace;
+  if (!c.post(d)) return hostile_fail(c, "cannot post the world allreduce");
+  Completion done{};
+  if (c.next(done, timeout_sec()) != RawClient::Next::kCompletion || done.status != 0) {
+    return hostile_fail(c, fmt::format("world allreduce from a region: {}",
+                                       ipc::bounded_text(done.message)));
+  }
+  for (uint64_t i = 0; i < kWorldCount; ++i) {
+    if (buf[i] != world_sum(3, c.world_size, static_cast<int64_t>(i))) {
+      return hostile_fail(c, fmt::format("world allreduce from a region: element {} is {}", i,
+                                         buf[i]));
+    }
+  }
+  std::printf("hostile_client: world allreduce from registered region 0 exact\n");
+  // A region it never registered, then one past the end of region 0.
+  if (!c.post(make_desc(Collective::kAllreduce, DType::kF32, RedOp::kSum, 0, 4, 16,
+                        proto::region_offset(5, 0), proto::region_offset(5, 64)))) {
+    return hostile_fail(c, "cannot post");
+  }
+  if (int bad = expect_errors(
+          c, {{Status::kOutOfRange, "names registered region 5, and 1 region(s) are registered"}})) {
+    return bad;
+  }
+  return expect_dropped(c, "a buffer in a region it never registered");
+}
+
+int attack_region_truncate(RawClient& c) {
+  void* mapped = nullptr;
+  const uint64_t bytes = kWorldCount * sizeof(int64_t);
+  const int fd = make_memfd(bytes, &mapped);
+  const proto::RegisterReply ok = register_region(c, fd, 0, bytes);
+  if (fd < 0 || ok.status != 0) {
+    return hostile_fail(c, fmt::format("register: {}", ipc::bounded_text(ok.message)));
+  }
+  if (::ftruncate(fd, 0) != 0) return hostile_fail(c, "ftruncate failed");
+  OpDescriptor d = make_desc(Collective::kAllreduce, DType::kI64, RedOp::kSum, 0, 3, kWorldCount,
+                             proto::region_offset(0, 0), proto::region_offset(0, 0));
+  d.flags = proto::kOpFlagInPlace;
+  if (!c.post(d)) return hostile_fail(c, "cannot post the world allreduce");
+  // It gets an error, or the daemon simply drops it; either way it must hear within seconds.
+  Completion done{};
+  if (c.next(done, timeout_sec()) == RawClient::Next::kCompletion && done.status == 0) {
+    std::printf("hostile_client: the allreduce completed before the drop\n");
+  }
+  return expect_dropped(c, "a registered region it truncated");
 }
 
 int attack_bad_fields(RawClient& c) {
@@ -448,6 +573,9 @@ struct Mode {
   const char* name;
   bool world_op_succeeds;  // the world allreduce after the attack completes exactly everywhere
   const char* good_sees;   // otherwise: words of the NC_ERR_PEER_LOST node 0's good ranks get
+  // The world allreduce may also complete: the daemon read the hostile rank's buffer before it
+  // dropped the rank, and its contribution (zeros) is its own business, like any bad data.
+  bool world_op_may_complete = false;
 };
 
 // good_sees holds words from the end of the text the good ranks get: the daemon's text nests
@@ -465,6 +593,8 @@ const Mode kModes[] = {
     {"header-arena", false, ""},
     {"header-doorbells", true, ""},
     {"flood", false, ""},
+    {"regions", true, ""},
+    {"region-truncate", false, "shrank under the daemon", true},
 };
 
 int hostile_main(const Mode& mode) {
@@ -497,6 +627,8 @@ int hostile_main(const Mode& mode) {
   if (m == "header-arena") return attack_header(c, true, false, false);
   if (m == "header-doorbells") return attack_header(c, false, true, false);
   if (m == "flood") return attack_flood(c);
+  if (m == "regions") return attack_regions(c);
+  if (m == "region-truncate") return attack_region_truncate(c);
   return hostile_fail(c, "unknown mode");
 }
 
@@ -550,7 +682,7 @@ int allreduce_checked(nc_context_t* ctx, nc_comm_t comm, nc_dtype_t dtype, nc_re
 }
 
 int world_allreduce_good(nc_context_t* ctx, int64_t round, int rank, int size, nc_status_t& s,
-                         std::string& message) {
+                         std::string& message, bool check = true) {
   int64_t* buf = nullptr;
   if (nc_alloc(ctx, kWorldCount * sizeof(int64_t), reinterpret_cast<void**>(&buf)) != NC_OK) {
     return good_fail(rank, nc_last_error());
@@ -561,7 +693,7 @@ int world_allreduce_good(nc_context_t* ctx, int64_t round, int rank, int size, n
   if (s == NC_OK) s = nc_wait(ctx, req);
   message = s == NC_OK ? "" : nc_last_error();
   int bad = 0;
-  if (s == NC_OK) {
+  if (s == NC_OK && check) {
     for (uint64_t i = 0; i < kWorldCount && bad == 0; ++i) {
       if (buf[i] != world_sum(round, size, static_cast<int64_t>(i))) {
         bad = good_fail(rank, fmt::format("world allreduce round {} element {} is {}, expected {}",
@@ -624,10 +756,15 @@ int good_main(const Mode& mode) {
   if (mode.world_op_succeeds) {
     bad += world_allreduce_good(ctx, 3, rank, size, s, message);
     if (s != NC_OK) bad += good_fail(rank, "world allreduce after the attack: " + message);
-  } else if (hostile_node) {
-    bad += world_allreduce_good(ctx, 3, rank, size, s, message);
+  } else if (hostile_node || mode.world_op_may_complete) {
+    // Unchecked where it may complete: with the hostile rank's zeros in the sum.
+    bad += world_allreduce_good(ctx, 3, rank, size, s, message, !mode.world_op_may_complete);
     const std::string culprit = fmt::format("rank {} ", hostile_rank);
-    if (s != NC_ERR_PEER_LOST || !contains(message, culprit) ||
+    if (mode.world_op_may_complete && s == NC_OK) {
+      std::printf("hostile_client (good rank %d): the world allreduce completed\n", rank);
+    } else if (!hostile_node && s == NC_ERR_PEER_LOST) {
+      std::printf("hostile_client (good rank %d): as expected: %s\n", rank, message.c_str());
+    } else if (s != NC_ERR_PEER_LOST || !contains(message, culprit) ||
         !contains(message, mode.good_sees)) {
       bad += good_fail(rank, fmt::format("world allreduce after the attack: expected "
                                          "NC_ERR_PEER_LOST naming '{}' and '{}', got {}: {}",
