@@ -230,6 +230,11 @@ class Context {
     return Buffer<T>(ctx_, static_cast<T*>(p), count);
   }
 
+  // nc_register_fd: memory the caller has mapped at `addr` from `fd` becomes zero-copy.
+  void register_fd(int fd, uint64_t file_offset, size_t bytes, void* addr) {
+    check(nc_register_fd(ctx_, fd, file_offset, bytes, addr));
+  }
+
   // Collectives take spans; sizes are checked against the per-rank counts nodecomm.h
   // describes. `comm` is an nc_comm_t (NC_COMM_WORLD by default) or a Comm's id().
   template <class T>

@@ -103,6 +103,14 @@ u128 extent(const uint64_t* counts, const uint64_t* displs, uint32_t size) {
   return end;
 }
 
+// [offset, +bytes) lies inside the arena, or inside one registered region.
+bool inside_memory(const ipc::ValidationLimits& lim, uint64_t offset, u128 bytes) {
+  const int64_t region = proto::region_of(offset);
+  if (region < 0) return u128{offset} + bytes <= lim.arena_bytes;
+  if (region >= lim.region_count) return false;
+  return u128{offset & proto::kRegionOffsetMask} + bytes <= lim.region_bytes[region];
+}
+
 // What an accepted descriptor promises the daemon. `aux` is the daemon's private copy.
 void check_accepted(const OpDescriptor& d, const ipc::ValidationLimits& lim,
                     const std::vector<uint8_t>* arena) {
@@ -156,11 +164,11 @@ void check_accepted(const OpDescriptor& d, const ipc::ValidationLimits& lim,
   const u128 send = d.send_offset;
   const u128 recv = d.recv_offset;
   if (send_bytes > 0) {
-    FUZZ_CHECK(send + send_bytes <= lim.arena_bytes);
+    FUZZ_CHECK(inside_memory(lim, d.send_offset, send_bytes));
     FUZZ_CHECK(send % elem == 0);
   }
   if (recv_bytes > 0) {
-    FUZZ_CHECK(recv + recv_bytes <= lim.arena_bytes);
+    FUZZ_CHECK(inside_memory(lim, d.recv_offset, recv_bytes));
     FUZZ_CHECK(recv % elem == 0);
   }
   if (send_bytes > 0 && recv_bytes > 0) {
@@ -268,6 +276,10 @@ void fuzz_descriptor(Input& in) {
   lim.max_count = in.get<uint64_t>() % ((uint64_t{1} << 40) + 1);
   lim.comm_size = in.get<uint32_t>();
   lim.comm_rank = in.get<uint32_t>();
+  // Registered regions, from bits the input already has (the corpus layout stays as it was).
+  const uint64_t region_bytes[3] = {lim.arena_bytes, lim.arena_bytes / 2 + 3, 4096};
+  lim.region_bytes = region_bytes;
+  lim.region_count = static_cast<uint32_t>(lim.max_count & 3);
   if (d.collective < static_cast<uint16_t>(Collective::kCount) &&
       proto::aux_entries(static_cast<Collective>(d.collective), 1) > 0 &&
       lim.comm_size > kMaxVectorCommSize) {
