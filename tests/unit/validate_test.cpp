@@ -55,6 +55,44 @@ TEST(Validate, RejectsOffsetsOutsideTheArena) {
   expect_rejected(d, Status::kOutOfRange, "receive buffer");
 }
 
+TEST(Validate, RegisteredRegions) {
+  const uint64_t sizes[2] = {4096, 100};
+  ValidationLimits limits = kLimits;
+  limits.region_bytes = sizes;
+  limits.region_count = 2;
+  auto d = good();
+  d.send_offset = proto::region_offset(0, 4096 - 64);  // the last 64 bytes of region 0
+  d.recv_offset = proto::region_offset(1, 36);         // the last 64 bytes of region 1
+  EXPECT_TRUE(validate_descriptor(d, limits).ok()) << validate_descriptor(d, limits).message;
+  d.flags = proto::kOpFlagInPlace;  // in place within one region
+  d.recv_offset = d.send_offset;
+  EXPECT_TRUE(validate_descriptor(d, limits).ok());
+
+  const auto rejected = [&](const proto::OpDescriptor& bad, const char* words) {
+    const Verdict v = validate_descriptor(bad, limits);
+    EXPECT_EQ(v.status, Status::kOutOfRange) << v.message;
+    EXPECT_NE(v.message.find(words), std::string::npos) << v.message;
+  };
+  d = good();
+  d.send_offset = proto::region_offset(1, 40);  // 64 bytes from 40 run past 100
+  rejected(d, "send buffer [offset 40, +64 bytes) of registered region 1 lies outside its 100");
+  d = good();
+  d.recv_offset = proto::region_offset(2, 0);  // never registered
+  rejected(d, "receive buffer names registered region 2, and 2 region(s) are registered");
+  d = good();
+  d.send_offset = proto::region_offset(0, proto::kRegionOffsetMask);  // huge offset inside
+  rejected(d, "of registered region 0");
+  // Without regions (the default limits) any region offset is refused.
+  d = good();
+  d.send_offset = proto::region_offset(0, 0);
+  expect_rejected(d, Status::kOutOfRange, "names registered region 0, and 0 region(s)");
+  // Alignment is checked within the region as within the arena.
+  d = good();
+  d.send_offset = proto::region_offset(0, 2);
+  const Verdict v = validate_descriptor(d, limits);
+  EXPECT_EQ(v.status, Status::kInvalidArgument) << v.message;
+}
+
 TEST(Validate, RejectsCountsThatOverflowOrExceedTheLimit) {
   auto d = good();
   d.count = uint64_t{1} << 62;
