@@ -65,12 +65,8 @@ struct Members {
   const Operation& op;
 
   ClientSession* session(size_t k) const { return job.members[lay.members[k]]; }
-  uint8_t* send(size_t k) const {
-    return session(k)->address(op.slots[k]->desc.send_offset);
-  }
-  uint8_t* recv(size_t k) const {
-    return session(k)->address(op.slots[k]->desc.recv_offset);
-  }
+  uint8_t* send(size_t k) const { return session(k)->address(op.slots[k]->desc.send_offset); }
+  uint8_t* recv(size_t k) const { return session(k)->address(op.slots[k]->desc.recv_offset); }
   bool alive(size_t k) const {
     const ClientSession* m = session(k);
     return m != nullptr && m->state() != ClientSession::State::kClosed;

@@ -533,8 +533,7 @@ void Daemon::on_mapped(ClientSession& client) {
   }
 }
 
-void Daemon::on_register(ClientSession& client, const proto::Register& request,
-                         const ipc::Fd& fd) {
+void Daemon::on_register(ClientSession& client, const proto::Register& request, const ipc::Fd& fd) {
   proto::RegisterReply reply{};
   reply.type = static_cast<uint32_t>(proto::ControlType::kRegisterReply);
   uint32_t index = 0;

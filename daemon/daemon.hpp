@@ -100,7 +100,7 @@ class Daemon {
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
-  std::string lost_peer_;  // why this daemon's group can run no more multi-node jobs
+  std::string lost_peer_;       // why this daemon's group can run no more multi-node jobs
   CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
 };
 

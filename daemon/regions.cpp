@@ -103,15 +103,17 @@ bool RegisteredRegions::add(const ipc::Fd& fd, uint64_t file_offset, uint64_t by
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
   if (bytes == 0 || file_offset % page != 0 || file_offset > file_bytes ||
       bytes > file_bytes - file_offset) {
-    error = fmt::format("[offset {}, +{} bytes) is not a non-empty, page-aligned range of the "
-                        "{}-byte file",
-                        file_offset, bytes, file_bytes);
+    error = fmt::format(
+        "[offset {}, +{} bytes) is not a non-empty, page-aligned range of the "
+        "{}-byte file",
+        file_offset, bytes, file_bytes);
     return false;
   }
   if (bytes > max_total_bytes || total_bytes_ > max_total_bytes - bytes) {
-    error = fmt::format("{} more bytes would make {} registered, over this daemon's limit of {} "
-                        "(--max-arena)",
-                        bytes, total_bytes_ + bytes, max_total_bytes);
+    error = fmt::format(
+        "{} more bytes would make {} registered, over this daemon's limit of {} "
+        "(--max-arena)",
+        bytes, total_bytes_ + bytes, max_total_bytes);
     return false;
   }
   install_handler();
@@ -147,9 +149,10 @@ std::string RegisteredRegions::poisoned() const {
     const GuardSlot& slot = g_slots[static_cast<size_t>(regions_[i].guard_slot)];
     // relaxed: the handler ran on this thread.
     if (slot.poisoned.load(std::memory_order_relaxed) != 0) {
-      return fmt::format("registered region {} ({} bytes) shrank under the daemon: its file was "
-                         "truncated after registration",
-                         i, regions_[i].bytes);
+      return fmt::format(
+          "registered region {} ({} bytes) shrank under the daemon: its file was "
+          "truncated after registration",
+          i, regions_[i].bytes);
     }
   }
   return {};

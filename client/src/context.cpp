@@ -343,8 +343,8 @@ bool Context::shared_offset(const void* p, uint64_t bytes, uint64_t& offset) con
 
 Result Context::register_fd(int fd, uint64_t file_offset, uint64_t bytes, void* addr) {
   std::lock_guard lock(mutex_);
-  const std::string what = fmt::format("nc_register_fd(fd {}, offset {}, {} bytes)", fd,
-                                       file_offset, bytes);
+  const std::string what =
+      fmt::format("nc_register_fd(fd {}, offset {}, {} bytes)", fd, file_offset, bytes);
   if (fd < 0 || addr == nullptr || bytes == 0) {
     return fail(NC_ERR_INVALID_ARGUMENT, what + ": needs an open fd, an address and bytes > 0");
   }

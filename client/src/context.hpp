@@ -6,8 +6,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -148,7 +148,7 @@ class Context {
     const uint8_t* addr;
     uint64_t bytes;
   };
-  std::vector<Region> regions_;  // index = the daemon's region number; guarded by mutex_
+  std::vector<Region> regions_;         // index = the daemon's region number; guarded by mutex_
   std::vector<uint64_t> region_sizes_;  // the same regions' bytes, for ipc::ValidationLimits
   mutable std::mutex mutex_;
   std::unordered_map<nc_request_t, Request> requests_;

@@ -146,12 +146,10 @@ Verdict validate_descriptor(const proto::OpDescriptor& d, const ValidationLimits
   // Cannot overflow: count <= 2^40, comm_size <= 2^20, elem <= 8.
   const uint64_t send_bytes = elems.send * elem;
   const uint64_t recv_bytes = elems.recv * elem;
-  if (Verdict v = check_buffer("send", d.send_offset, send_bytes, elem, limits);
-      !v.ok()) {
+  if (Verdict v = check_buffer("send", d.send_offset, send_bytes, elem, limits); !v.ok()) {
     return v;
   }
-  if (Verdict v = check_buffer("receive", d.recv_offset, recv_bytes, elem, limits);
-      !v.ok()) {
+  if (Verdict v = check_buffer("receive", d.recv_offset, recv_bytes, elem, limits); !v.ok()) {
     return v;
   }
   if ((d.flags & proto::kOpFlagInPlace) != 0) {

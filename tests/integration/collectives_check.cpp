@@ -248,7 +248,9 @@ class RegisteredPool {
     top_ += rounded;
     return p;
   }
-  void give_back(const void* p) { top_ = static_cast<size_t>(static_cast<const uint8_t*>(p) - base_); }
+  void give_back(const void* p) {
+    top_ = static_cast<size_t>(static_cast<const uint8_t*>(p) - base_);
+  }
 
  private:
   int fd_ = -1;
@@ -262,8 +264,7 @@ class RegisteredPool {
 // buffer.
 class Block {
  public:
-  Block(nc_context_t* ctx, size_t bytes, bool heap, RegisteredPool* pool = nullptr)
-      : ctx_(ctx) {
+  Block(nc_context_t* ctx, size_t bytes, bool heap, RegisteredPool* pool = nullptr) : ctx_(ctx) {
     if (bytes == 0) return;
     if (heap) {
       heap_.resize((bytes + 7) / 8);
@@ -364,8 +365,7 @@ class Checker {
         size_(nc_world_size(ctx)),
         roots_(resolve_roots(options.roots, size_)),
         arena_bytes_(arena_bytes),
-        pool_(options.registered ? std::make_unique<RegisteredPool>(ctx, arena_bytes) : nullptr) {
-  }
+        pool_(options.registered ? std::make_unique<RegisteredPool>(ctx, arena_bytes) : nullptr) {}
 
   // False once a failure leaves the ranks possibly out of step, which ends the loop.
   bool run_all() {

@@ -232,8 +232,8 @@ proto::RegisterReply register_region(RawClient& c, int passed_fd, uint64_t file_
     return reply;
   }
   size_t size = 0;
-  if (ipc::recv_message_timed(c.fd.get(), &reply, sizeof(reply), size, static_cast<int>(timeout_sec() * 1000)) !=
-          ipc::IoResult::kOk ||
+  if (ipc::recv_message_timed(c.fd.get(), &reply, sizeof(reply), size,
+                              static_cast<int>(timeout_sec() * 1000)) != ipc::IoResult::kOk ||
       size != sizeof(reply)) {
     reply.status = -1;
     ipc::copy_text(reply.message, "no reply");
@@ -269,7 +269,8 @@ int attack_regions(RawClient& c) {
   for (const Refused& r : refused) {
     const proto::RegisterReply reply = register_region(c, r.fd, r.offset, r.bytes);
     const std::string text = ipc::bounded_text(reply.message);
-    if (reply.status != static_cast<int32_t>(Status::kInvalidArgument) || !contains(text, r.words)) {
+    if (reply.status != static_cast<int32_t>(Status::kInvalidArgument) ||
+        !contains(text, r.words)) {
       return hostile_fail(c, fmt::format("register refusal: expected '{}', got status {}: {}",
                                          r.words, reply.status, text));
     }
@@ -293,13 +294,13 @@ int attack_regions(RawClient& c) {
   if (!c.post(d)) return hostile_fail(c, "cannot post the world allreduce");
   Completion done{};
   if (c.next(done, timeout_sec()) != RawClient::Next::kCompletion || done.status != 0) {
-    return hostile_fail(c, fmt::format("world allreduce from a region: {}",
-                                       ipc::bounded_text(done.message)));
+    return hostile_fail(
+        c, fmt::format("world allreduce from a region: {}", ipc::bounded_text(done.message)));
   }
   for (uint64_t i = 0; i < kWorldCount; ++i) {
     if (buf[i] != world_sum(3, c.world_size, static_cast<int64_t>(i))) {
-      return hostile_fail(c, fmt::format("world allreduce from a region: element {} is {}", i,
-                                         buf[i]));
+      return hostile_fail(
+          c, fmt::format("world allreduce from a region: element {} is {}", i, buf[i]));
     }
   }
   std::printf("hostile_client: world allreduce from registered region 0 exact\n");
@@ -308,8 +309,8 @@ int attack_regions(RawClient& c) {
                         proto::region_offset(5, 0), proto::region_offset(5, 64)))) {
     return hostile_fail(c, "cannot post");
   }
-  if (int bad = expect_errors(
-          c, {{Status::kOutOfRange, "names registered region 5, and 1 region(s) are registered"}})) {
+  if (int bad = expect_errors(c, {{Status::kOutOfRange,
+                                   "names registered region 5, and 1 region(s) are registered"}})) {
     return bad;
   }
   return expect_dropped(c, "a buffer in a region it never registered");
@@ -765,7 +766,7 @@ int good_main(const Mode& mode) {
     } else if (!hostile_node && s == NC_ERR_PEER_LOST) {
       std::printf("hostile_client (good rank %d): as expected: %s\n", rank, message.c_str());
     } else if (s != NC_ERR_PEER_LOST || !contains(message, culprit) ||
-        !contains(message, mode.good_sees)) {
+               !contains(message, mode.good_sees)) {
       bad += good_fail(rank, fmt::format("world allreduce after the attack: expected "
                                          "NC_ERR_PEER_LOST naming '{}' and '{}', got {}: {}",
                                          culprit, mode.good_sees, nc_status_string(s), message));

@@ -35,7 +35,7 @@ TEST(Regions, MapsTheClientsPagesAndResolvesOffsets) {
   client[4096 + 10] = 42;  // the client writes; the daemon's mapping sees it
   uint8_t arena[16] = {};
   EXPECT_EQ(*regions.address(arena, proto::region_offset(0, 10)), 42);
-  EXPECT_EQ(regions.address(arena, 5), arena + 5);  // arena offsets are untouched
+  EXPECT_EQ(regions.address(arena, 5), arena + 5);           // arena offsets are untouched
   *regions.address(arena, proto::region_offset(0, 11)) = 7;  // and the other way round
   EXPECT_EQ(client[4096 + 11], 7);
   munmap(client, 3 * 4096);
@@ -55,9 +55,9 @@ TEST(Regions, RefusesWhatItCannotMapSafely) {
   EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
   const ipc::Fd fd = memfd(4096);
   EXPECT_FALSE(regions.add(fd, 0, 8192, 1 << 20, index, error));  // past the end of the file
-  EXPECT_FALSE(regions.add(fd, 512, 64, 1 << 20, index, error));   // unaligned
-  EXPECT_FALSE(regions.add(fd, 0, 0, 1 << 20, index, error));      // empty
-  EXPECT_FALSE(regions.add(fd, 0, 4096, 1000, index, error));      // over the limit
+  EXPECT_FALSE(regions.add(fd, 512, 64, 1 << 20, index, error));  // unaligned
+  EXPECT_FALSE(regions.add(fd, 0, 0, 1 << 20, index, error));     // empty
+  EXPECT_FALSE(regions.add(fd, 0, 4096, 1000, index, error));     // over the limit
   EXPECT_NE(error.find("--max-arena"), std::string::npos) << error;
   EXPECT_EQ(regions.count(), 0u);
   for (uint32_t i = 0; i < proto::kMaxRegions; ++i) {
@@ -82,8 +82,7 @@ TEST(Regions, ATruncatedFilePoisonsTheRegionInsteadOfKillingTheDaemon) {
   *p = 1;            // and writable
   EXPECT_TRUE(take_region_faults());
   EXPECT_FALSE(take_region_faults());
-  EXPECT_NE(regions.poisoned().find("registered region 0 (8192 bytes) shrank"),
-            std::string::npos)
+  EXPECT_NE(regions.poisoned().find("registered region 0 (8192 bytes) shrank"), std::string::npos)
       << regions.poisoned();
 }
 

@@ -17,15 +17,15 @@ inline constexpr size_t kControlMessageBytes = 256;
 inline constexpr uint32_t kLocalSizeLimit = 1024;
 
 enum class ControlType : uint32_t {
-  kHello = 1,       // client → daemon: who I am, what I need
-  kHelloReply = 2,  // daemon → client: segment name, or why not
-  kMapped = 3,      // client → daemon: segment mapped; the daemon may unlink its name
-  kJobReady = 4,    // daemon → client: world placement, or why the job could not form
-  kWake = 5,        // client → daemon: work was submitted while the daemon was parked
-  kBye = 6,         // client → daemon: orderly finalize
-  kAdminRequest = 7,  // nodecommctl → daemon: change a setting, start or stop a trace
-  kAdminReply = 8,    // daemon → nodecommctl: done, or why not
-  kRegister = 9,       // client → daemon, with one fd (SCM_RIGHTS): map it as a region
+  kHello = 1,           // client → daemon: who I am, what I need
+  kHelloReply = 2,      // daemon → client: segment name, or why not
+  kMapped = 3,          // client → daemon: segment mapped; the daemon may unlink its name
+  kJobReady = 4,        // daemon → client: world placement, or why the job could not form
+  kWake = 5,            // client → daemon: work was submitted while the daemon was parked
+  kBye = 6,             // client → daemon: orderly finalize
+  kAdminRequest = 7,    // nodecommctl → daemon: change a setting, start or stop a trace
+  kAdminReply = 8,      // daemon → nodecommctl: done, or why not
+  kRegister = 9,        // client → daemon, with one fd (SCM_RIGHTS): map it as a region
   kRegisterReply = 10,  // daemon → client: the region's index, or why not
 };
 
@@ -123,10 +123,10 @@ enum class AdminVerb : uint32_t {
 };
 
 struct AdminRequest {
-  uint32_t type;     // kAdminRequest
-  uint32_t magic;    // kControlMagic
-  uint32_t version;  // kAdminProtocolVersion
-  uint32_t verb;     // AdminVerb
+  uint32_t type;                 // kAdminRequest
+  uint32_t magic;                // kControlMagic
+  uint32_t version;              // kAdminProtocolVersion
+  uint32_t verb;                 // AdminVerb
   char key[kAdminKeyBytes];      // NUL-terminated
   char value[kAdminValueBytes];  // NUL-terminated
 };
@@ -134,7 +134,7 @@ static_assert(sizeof(AdminRequest) == 16 + kAdminKeyBytes + kAdminValueBytes &&
               std::is_trivially_copyable_v<AdminRequest>);
 
 struct AdminReply {
-  uint32_t type;  // kAdminReply
+  uint32_t type;   // kAdminReply
   int32_t status;  // Status: kOk, kPermission, kInvalidArgument, kProtocol, ...
   uint32_t verb;   // echoed
   uint32_t reserved;
