@@ -20,7 +20,7 @@ namespace {
 // Every region mapped by this daemon, for the SIGBUS handler. Slots are claimed and released
 // by the daemon's thread only; the handler reads them.
 struct GuardSlot {
-  std::atomic<uintptr_t> start{0};
+  std::atomic<uint8_t*> start{nullptr};
   std::atomic<uint64_t> length{0};
   std::atomic<int> poisoned{0};
 };
@@ -34,12 +34,12 @@ void on_sigbus(int /*signal*/, siginfo_t* info, void* /*context*/) {
   const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
   for (GuardSlot& slot : g_slots) {
     // acquire: pairs with the release in claim_slot, so start and length belong together.
-    const uintptr_t start = slot.start.load(std::memory_order_acquire);
+    uint8_t* start = slot.start.load(std::memory_order_acquire);
     const uint64_t length = slot.length.load(std::memory_order_relaxed);
-    if (start == 0 || address < start || address - start >= length) continue;
+    if (start == nullptr || address - reinterpret_cast<uintptr_t>(start) >= length) continue;
     // Zero pages in place of the shrunken file; the faulting access then completes.
-    void* p = mmap(reinterpret_cast<void*>(start), length, PROT_READ | PROT_WRITE,
-                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p =
+        mmap(start, length, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) break;
     // relaxed: read by the same thread after the handler returns.
     slot.poisoned.store(1, std::memory_order_relaxed);
@@ -63,11 +63,11 @@ void install_handler() {
 
 int claim_slot(uint8_t* base, uint64_t length) {
   for (size_t i = 0; i < kGuardSlots; ++i) {
-    if (g_slots[i].start.load(std::memory_order_relaxed) != 0) continue;
+    if (g_slots[i].start.load(std::memory_order_relaxed) != nullptr) continue;
     g_slots[i].poisoned.store(0, std::memory_order_relaxed);
     g_slots[i].length.store(length, std::memory_order_relaxed);
     // release: the handler that sees start also sees the length written before it.
-    g_slots[i].start.store(reinterpret_cast<uintptr_t>(base), std::memory_order_release);
+    g_slots[i].start.store(base, std::memory_order_release);
     return static_cast<int>(i);
   }
   return -1;
@@ -78,7 +78,7 @@ int claim_slot(uint8_t* base, uint64_t length) {
 RegisteredRegions::~RegisteredRegions() {
   for (const Region& r : regions_) {
     // relaxed: only this thread claims and releases slots.
-    g_slots[static_cast<size_t>(r.guard_slot)].start.store(0, std::memory_order_relaxed);
+    g_slots[static_cast<size_t>(r.guard_slot)].start.store(nullptr, std::memory_order_relaxed);
     munmap(r.base, r.mapped_bytes);
   }
 }

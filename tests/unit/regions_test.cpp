@@ -13,6 +13,8 @@
 namespace nodecomm::daemon {
 namespace {
 
+constexpr size_t kPage = 4096;
+
 ipc::Fd memfd(size_t bytes) {
   ipc::Fd fd(memfd_create("regions_test", MFD_CLOEXEC));
   EXPECT_TRUE(fd.valid());
@@ -21,24 +23,24 @@ ipc::Fd memfd(size_t bytes) {
 }
 
 TEST(Regions, MapsTheClientsPagesAndResolvesOffsets) {
-  const ipc::Fd fd = memfd(3 * 4096);
+  const ipc::Fd fd = memfd(3 * kPage);
   auto* client = static_cast<uint8_t*>(
-      mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
+      mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0));
   ASSERT_NE(client, MAP_FAILED);
   RegisteredRegions regions;
   uint32_t index = 99;
   std::string error;
-  ASSERT_TRUE(regions.add(fd, 4096, 2 * 4096, 1 << 20, index, error)) << error;
+  ASSERT_TRUE(regions.add(fd, 4096, 2 * kPage, 1 << 20, index, error)) << error;
   EXPECT_EQ(index, 0u);
   EXPECT_EQ(regions.count(), 1u);
-  EXPECT_EQ(regions.sizes()[0], 2u * 4096);
+  EXPECT_EQ(regions.sizes()[0], 2 * kPage);
   client[4096 + 10] = 42;  // the client writes; the daemon's mapping sees it
   uint8_t arena[16] = {};
   EXPECT_EQ(*regions.address(arena, proto::region_offset(0, 10)), 42);
   EXPECT_EQ(regions.address(arena, 5), arena + 5);           // arena offsets are untouched
   *regions.address(arena, proto::region_offset(0, 11)) = 7;  // and the other way round
   EXPECT_EQ(client[4096 + 11], 7);
-  munmap(client, 3 * 4096);
+  munmap(client, 3 * kPage);
 }
 
 TEST(Regions, RefusesWhatItCannotMapSafely) {
@@ -53,7 +55,7 @@ TEST(Regions, RefusesWhatItCannotMapSafely) {
   const ipc::Fd write_end(pipe_fds[1]);
   EXPECT_FALSE(regions.add(read_end, 0, 4096, 1 << 20, index, error));
   EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
-  const ipc::Fd fd = memfd(4096);
+  const ipc::Fd fd = memfd(kPage);
   EXPECT_FALSE(regions.add(fd, 0, 8192, 1 << 20, index, error));  // past the end of the file
   EXPECT_FALSE(regions.add(fd, 512, 64, 1 << 20, index, error));  // unaligned
   EXPECT_FALSE(regions.add(fd, 0, 0, 1 << 20, index, error));     // empty
@@ -68,11 +70,11 @@ TEST(Regions, RefusesWhatItCannotMapSafely) {
 }
 
 TEST(Regions, ATruncatedFilePoisonsTheRegionInsteadOfKillingTheDaemon) {
-  const ipc::Fd fd = memfd(2 * 4096);
+  const ipc::Fd fd = memfd(2 * kPage);
   RegisteredRegions regions;
   uint32_t index = 0;
   std::string error;
-  ASSERT_TRUE(regions.add(fd, 0, 2 * 4096, 1 << 20, index, error)) << error;
+  ASSERT_TRUE(regions.add(fd, 0, 2 * kPage, 1 << 20, index, error)) << error;
   (void)take_region_faults();
   EXPECT_TRUE(regions.poisoned().empty());
   ASSERT_EQ(ftruncate(fd.get(), 0), 0);  // the client shrinks the file under the daemon
