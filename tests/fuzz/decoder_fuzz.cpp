@@ -195,12 +195,13 @@ void check_accepted(const OpDescriptor& d, const ipc::ValidationLimits& lim,
   }
   if (arena != nullptr) {
     // The daemon's first and last access to each buffer (collectives.cpp send_ptr/recv_ptr).
+    // Buffers in registered regions are not in the simulated arena; only arena ones are touched.
     volatile uint8_t sink = 0;
-    if (send_bytes > 0) {
+    if (send_bytes > 0 && proto::region_of(d.send_offset) < 0) {
       sink = sink + (*arena)[static_cast<size_t>(send)] +
              (*arena)[static_cast<size_t>(send + send_bytes - 1)];
     }
-    if (recv_bytes > 0) {
+    if (recv_bytes > 0 && proto::region_of(d.recv_offset) < 0) {
       sink = sink + (*arena)[static_cast<size_t>(recv)] +
              (*arena)[static_cast<size_t>(recv + recv_bytes - 1)];
     }
