@@ -330,11 +330,12 @@ bool Context::in_arena(const void* p, uint64_t bytes, uint64_t& offset) const {
 bool Context::shared_offset(const void* p, uint64_t bytes, uint64_t& offset) const {
   if (in_arena(p, bytes, offset)) return true;
   const auto* q = static_cast<const uint8_t*>(p);
-  for (size_t r = 0; r < regions_.size(); ++r) {
-    const Region& region = regions_[r];
-    if (q < region.addr || q > region.addr + region.bytes) continue;
-    const auto within = static_cast<uint64_t>(q - region.addr);
-    if (bytes > region.bytes - within) continue;
+  for (size_t r = 0; r < region_addrs_.size(); ++r) {
+    const uint8_t* addr = region_addrs_[r];
+    const uint64_t size = region_sizes_[r];
+    if (q < addr || q > addr + size) continue;
+    const auto within = static_cast<uint64_t>(q - addr);
+    if (bytes > size - within) continue;
     offset = proto::region_offset(static_cast<uint32_t>(r), within);
     return true;
   }
@@ -348,10 +349,10 @@ Result Context::register_fd(int fd, uint64_t file_offset, uint64_t bytes, void* 
   if (fd < 0 || addr == nullptr || bytes == 0) {
     return fail(NC_ERR_INVALID_ARGUMENT, what + ": needs an open fd, an address and bytes > 0");
   }
-  if (regions_.size() >= proto::kMaxRegions) {
+  if (region_addrs_.size() >= proto::kMaxRegions) {
     return fail(NC_ERR_NO_MEMORY, fmt::format("{}: {} regions are registered, the most one "
                                               "context may have",
-                                              what, regions_.size()));
+                                              what, region_addrs_.size()));
   }
   proto::Register request{};
   request.type = static_cast<uint32_t>(proto::ControlType::kRegister);
@@ -376,11 +377,11 @@ Result Context::register_fd(int fd, uint64_t file_offset, uint64_t bytes, void* 
     return fail(static_cast<nc_status_t>(reply.status),
                 fmt::format("{}: {}", what, ipc::bounded_text(reply.message)));
   }
-  if (reply.region != regions_.size()) {
+  if (reply.region != region_addrs_.size()) {
     return fail(NC_ERR_PROTOCOL, fmt::format("{}: nodecommd numbered the region {}, expected {}",
-                                             what, reply.region, regions_.size()));
+                                             what, reply.region, region_addrs_.size()));
   }
-  regions_.push_back({static_cast<const uint8_t*>(addr), bytes});
+  region_addrs_.push_back(static_cast<const uint8_t*>(addr));
   region_sizes_.push_back(bytes);
   return Result::ok();
 }

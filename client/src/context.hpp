@@ -144,12 +144,10 @@ class Context {
   ipc::RingProducer<proto::OpDescriptor> submissions_;
   ipc::RingConsumer<proto::Completion> completions_;
   ArenaAllocator arena_;
-  struct Region {
-    const uint8_t* addr;
-    uint64_t bytes;
-  };
-  std::vector<Region> regions_;         // index = the daemon's region number; guarded by mutex_
-  std::vector<uint64_t> region_sizes_;  // the same regions' bytes, for ipc::ValidationLimits
+  // Registered regions, index = the daemon's region number; guarded by mutex_. Addresses and
+  // sizes apart, because ipc::ValidationLimits takes the sizes as one array.
+  std::vector<const uint8_t*> region_addrs_;
+  std::vector<uint64_t> region_sizes_;
   mutable std::mutex mutex_;
   std::unordered_map<nc_request_t, Request> requests_;
   std::unordered_map<uint32_t, uint64_t> next_seq_;
