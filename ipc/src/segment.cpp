@@ -140,12 +140,15 @@ Segment Segment::open(int fd, uint64_t expected_bytes) {
   // The seals first: F_GET_SEALS answers for shared memory only, without asking the file's
   // filesystem anything.
   const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & kSegmentSeals) != kSegmentSeals) {
+  if (seals < 0) {
+    throw std::runtime_error(
+        fmt::format("the segment descriptor nodecommd passed is not a memfd (F_GET_SEALS: {})",
+                    std::strerror(errno)));
+  }
+  if ((seals & kSegmentSeals) != kSegmentSeals) {
     throw std::runtime_error(fmt::format(
-        "the segment descriptor nodecommd passed is not a sealed memfd (seals {}, expected "
-        "{:#x} at least)",
-        seals < 0 ? std::string(std::strerror(errno)) : fmt::format("{:#x}", seals),
-        kSegmentSeals));
+        "the segment descriptor nodecommd passed is not sealed (seals {:#x}, expected {:#x})",
+        seals, kSegmentSeals));
   }
   struct statfs fs {};
   struct stat st {};
