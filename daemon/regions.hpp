@@ -6,9 +6,10 @@
 // block the daemon in a page fault. Where the file allows sealing (a memfd made with
 // MFD_ALLOW_SEALING), the daemon adds F_SEAL_SHRINK and the file can never shrink. Otherwise
 // (a /dev/shm file) the client keeps its own descriptor and may shrink the file under us;
-// touching a page past the new end would then raise SIGBUS in the daemon. A process-wide SIGBUS handler covers
-// every mapped region: a fault inside one replaces the region with zero pages, marks it
-// poisoned and lets the access finish. The daemon drops the client at its next check
+// touching a page past the new end would then raise SIGBUS in the daemon. A process-wide
+// SIGBUS handler covers every mapped region: a fault inside one replaces the region with zero
+// pages, marks it poisoned and lets the access finish. The daemon drops the client at its
+// next check
 // (poisoned()), and nobody else is harmed. This is how Wayland compositors survive clients
 // that truncate their shm pools.
 #pragma once

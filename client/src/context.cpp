@@ -225,8 +225,8 @@ Result Context::attach(const Settings& s) {
   proto::HelloReply reply{};
   size_t size = 0;
   ipc::Fd segment_fd;  // the segment itself comes attached to the reply (SCM_RIGHTS)
-  ipc::IoResult io = ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size,
-                                             timeout_ms, &segment_fd);
+  ipc::IoResult io =
+      ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms, &segment_fd);
   if (!sent && (io != ipc::IoResult::kOk || reply.status == 0)) return daemon_lost("sending hello");
   if (io == ipc::IoResult::kTimeout) {
     return fail(NC_ERR_TIMEOUT, fmt::format("nodecommd at {} did not answer hello within {:.0f} s",

@@ -612,17 +612,19 @@ int segment_perms(const char* hold_file) {
   char target[256] = {};
   const ssize_t n = ::readlink(fd_path.c_str(), target, sizeof(target) - 1);
   const int seals = ::fcntl(c.segment_fd.get(), F_GET_SEALS);
-  std::printf("hostile_client segment-perms: segment descriptor %s -> %s, seals %#x (client uid "
-              "%u)\n",
-              fd_path.c_str(), n > 0 ? target : "?", seals, ::geteuid());
+  std::printf(
+      "hostile_client segment-perms: segment descriptor %s -> %s, seals %#x (client uid "
+      "%u)\n",
+      fd_path.c_str(), n > 0 ? target : "?", seals, ::geteuid());
   if (n <= 0 || std::string(target).rfind("/memfd:", 0) != 0 ||
       (seals & ipc::kSegmentSeals) != ipc::kSegmentSeals) {
     std::fprintf(stderr, "hostile_client segment-perms: expected a sealed memfd\n");
     return 1;
   }
   if (::ftruncate(c.segment_fd.get(), 0) == 0 || errno != EPERM) {
-    std::fprintf(stderr, "hostile_client segment-perms: ftruncate of the segment was not "
-                         "refused with EPERM\n");
+    std::fprintf(stderr,
+                 "hostile_client segment-perms: ftruncate of the segment was not "
+                 "refused with EPERM\n");
     return 1;
   }
   if (hold_file != nullptr) {

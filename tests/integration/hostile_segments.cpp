@@ -21,6 +21,7 @@
 // The good ranks run the same world allreduces through libnodecomm and check every element,
 // then check that their daemon is alive. Then every rank, the hostile one included (now
 // through libnodecomm), runs a second job on the same daemons with exact results.
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/magic.h>
@@ -35,7 +36,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -52,7 +52,9 @@ namespace {
 using namespace hostile;
 
 // Whether `call` failed with EPERM (what a seal answers).
-bool refused_eperm(int result) { return result != 0 && errno == EPERM; }
+bool refused_eperm(int result) {
+  return result != 0 && errno == EPERM;
+}
 
 int attack_resize(RawClient& c) {
   const int fd = c.segment_fd.get();
@@ -74,9 +76,10 @@ int attack_resize(RawClient& c) {
                                        "shorter {}, longer {}, fallocate {}, seal {}",
                                        shorter, longer, grow, seal));
   }
-  std::printf("hostile_client: ftruncate shorter and longer, fallocate past the end and "
-              "F_ADD_SEALS on its %lld-byte segment all failed with EPERM\n",
-              static_cast<long long>(bytes));
+  std::printf(
+      "hostile_client: ftruncate shorter and longer, fallocate past the end and "
+      "F_ADD_SEALS on its %lld-byte segment all failed with EPERM\n",
+      static_cast<long long>(bytes));
   // No name: the descriptor is a memfd, and /dev/shm holds nothing with this pid in its name.
   char target[256] = {};
   const std::string link = fmt::format("/proc/self/fd/{}", fd);
@@ -132,9 +135,8 @@ proto::RegisterReply register_fd(RawClient& c, int fd, uint64_t bytes) {
 int region_world_allreduce(RawClient& c, void* at, uint32_t region, int64_t round, uint64_t seq) {
   auto* buf = static_cast<int64_t*>(at);
   for (uint64_t i = 0; i < kWorldCount; ++i) buf[i] = world_value(round, c.world_rank, i);
-  OpDescriptor d = make_desc(Collective::kAllreduce, DType::kI64, RedOp::kSum, 0, seq,
-                             kWorldCount, proto::region_offset(region, 0),
-                             proto::region_offset(region, 0));
+  OpDescriptor d = make_desc(Collective::kAllreduce, DType::kI64, RedOp::kSum, 0, seq, kWorldCount,
+                             proto::region_offset(region, 0), proto::region_offset(region, 0));
   d.flags = proto::kOpFlagInPlace;
   if (!c.post(d)) return hostile_fail(c, "cannot post a world allreduce");
   Completion done{};
@@ -193,9 +195,10 @@ int attack_region_files(RawClient& c) {
                                        "ftruncate to 0 returned {} ({})",
                                        seals, shrink, std::strerror(errno)));
   }
-  std::printf("hostile_client: the daemon sealed the registered memfd (seals %#x); ftruncate "
-              "fails with EPERM\n",
-              seals);
+  std::printf(
+      "hostile_client: the daemon sealed the registered memfd (seals %#x); ftruncate "
+      "fails with EPERM\n",
+      seals);
   // It may still grow: only shrinking endangers the daemon.
   if (::ftruncate(sealable, 2 * kBytes) != 0) return hostile_fail(c, "growing the memfd failed");
   if (int bad = region_world_allreduce(c, a, ra.region, 1, 1)) return bad;
@@ -239,8 +242,7 @@ nc_context_t* init_job(const std::string& job) {
     if (s == NC_OK) return ctx;
     const std::string text = nc_last_error();
     if (!contains(text, "must wait until it ends") || Clock::now() >= deadline) {
-      std::fprintf(stderr, "hostile_segments: nc_init for job %s: %s\n", job.c_str(),
-                   text.c_str());
+      std::fprintf(stderr, "hostile_segments: nc_init for job %s: %s\n", job.c_str(), text.c_str());
       return nullptr;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
