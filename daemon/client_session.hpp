@@ -21,6 +21,7 @@ class ClientSession {
  public:
   enum class State {
     kHello,    // connected, waiting for Hello
+    kBacking,  // segment reserved; its pages are being backed a chunk per loop turn
     kMapping,  // segment created and passed, waiting for the client to say it mapped it
     kJoined,   // segment mapped; member of a job (forming or running)
     kClosed,   // socket gone or dropped; waiting to be reaped
@@ -37,6 +38,9 @@ class ClientSession {
   State state() const { return state_; }
   void set_state(State s) { state_ = s; }
 
+  // The segment while it is being backed (kBacking): not attached, so nothing touches its
+  // pages before they exist.
+  ipc::Segment pending_segment;
   // Takes ownership of the created segment and attaches the daemon's ring ends.
   void attach_segment(ipc::Segment segment);
   const ipc::Segment& segment() const { return segment_; }

@@ -117,7 +117,7 @@ ipc::IdleConfig network_idle_config(const DaemonConfig& config) {
 int Daemon::run(const std::atomic<bool>& stop) {
   // relaxed: the flag is set from a signal handler and only needs to be seen eventually.
   while (!stop.load(std::memory_order_relaxed)) {
-    size_t work = do_work();
+    size_t work = do_work() + back_segments();
     if (take_region_faults()) {
       drop_poisoned_regions();
       ++work;
@@ -488,8 +488,14 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
       proto::segment_geometry(spec.submit_capacity, spec.complete_capacity, spec.arena_bytes)
           .segment_bytes;
   // Before any page is asked for: where a cgroup's OOM killer would answer instead of an
-  // error, it would kill this daemon.
-  if (const std::string why = memory_shortfall(segment_bytes); !why.empty()) {
+  // error, it would kill this daemon. Segments still being backed count as taken.
+  uint64_t unbacked = 0;
+  for (const auto& [id, other] : clients_) {
+    if (other->state() == ClientSession::State::kBacking) {
+      unbacked += other->pending_segment.unbacked_bytes();
+    }
+  }
+  if (const std::string why = memory_shortfall(segment_bytes + unbacked); !why.empty()) {
     return reply_hello_error(
         client, Status::kNoMemory,
         fmt::format("no memory for local rank {}'s {}-byte segment ({}-byte arena, +{} MiB "
@@ -498,7 +504,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                     why));
   }
   try {
-    client.attach_segment(ipc::Segment::create(spec, client.id(), hello.local_rank));
+    client.pending_segment = ipc::Segment::reserve(spec, hello.local_rank);
   } catch (const ipc::SegmentError& e) {
     return reply_hello_error(client, e.no_memory() ? Status::kNoMemory : Status::kInternal,
                              e.what());
@@ -506,18 +512,37 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   client.job = &job;
   client.local_rank = hello.local_rank;
   job.members[hello.local_rank] = &client;
-  client.set_state(ClientSession::State::kMapping);
+  client.set_state(ClientSession::State::kBacking);  // back_segments() goes on from here
+}
 
-  // The segment travels as a descriptor with the reply (SCM_RIGHTS): it has no name anyone
-  // could open, and its seals keep the client from resizing it under this daemon.
-  proto::HelloReply reply{};
-  reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
-  reply.status = static_cast<int32_t>(Status::kOk);
-  reply.segment_bytes = client.segment().size();
-  const ipc::IoResult sent =
-      ipc::send_message(client.fd(), &reply, sizeof(reply), client.segment().fd());
-  client.segment().close_fd();  // the mapping keeps the memory; the client has its own copy
-  if (sent != ipc::IoResult::kOk) drop(client, "could not be sent its segment");
+size_t Daemon::back_segments() {
+  for (auto& [id, entry] : clients_) {
+    ClientSession& client = *entry;
+    if (client.state() != ClientSession::State::kBacking) continue;
+    ipc::Segment& segment = client.pending_segment;
+    try {
+      if (!segment.back(kBackingChunkBytes)) return 1;  // more next turn
+      segment.finish(client.id());
+    } catch (const ipc::SegmentError& e) {
+      reply_hello_error(client, e.no_memory() ? proto::Status::kNoMemory : proto::Status::kInternal,
+                        e.what());
+      return 1;
+    }
+    client.attach_segment(std::move(segment));
+    client.set_state(ClientSession::State::kMapping);
+    // The segment travels as a descriptor with the reply (SCM_RIGHTS): it has no name anyone
+    // could open, and its seals keep the client from resizing it under this daemon.
+    proto::HelloReply reply{};
+    reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
+    reply.status = static_cast<int32_t>(proto::Status::kOk);
+    reply.segment_bytes = client.segment().size();
+    const ipc::IoResult sent =
+        ipc::send_message(client.fd(), &reply, sizeof(reply), client.segment().fd());
+    client.segment().close_fd();  // the mapping keeps the memory; the client has its own copy
+    if (sent != ipc::IoResult::kOk) drop(client, "could not be sent its segment");
+    return 1;
+  }
+  return 0;
 }
 
 void Daemon::on_mapped(ClientSession& client) {

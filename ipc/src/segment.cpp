@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -59,6 +60,8 @@ Segment& Segment::operator=(Segment&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     fd_ = std::move(o.fd_);
     layout_ = o.layout_;
+    backed_ = o.backed_;
+    local_rank_ = o.local_rank_;
   }
   return *this;
 }
@@ -67,7 +70,16 @@ Segment::~Segment() {
   if (base_ != nullptr) munmap(base_, size_);
 }
 
-Segment Segment::create(const SegmentSpec& spec, uint32_t client_id, uint32_t local_rank) {
+SegmentError Segment::failure(const char* step, int err, bool no_memory) const {
+  return SegmentError(
+      fmt::format("cannot create a segment of {} bytes ({}-byte arena) for local rank {}: {}: "
+                  "{}{}{}",
+                  size_, layout_.arena_bytes, local_rank_, step, std::strerror(err),
+                  no_memory ? "; " : "", no_memory ? backing_reason(err) : ""),
+      no_memory);
+}
+
+Segment Segment::reserve(const SegmentSpec& spec, uint32_t local_rank) {
   if (!proto::is_power_of_two(spec.submit_capacity) ||
       !proto::is_power_of_two(spec.complete_capacity) ||
       spec.complete_capacity < spec.submit_capacity) {
@@ -78,58 +90,70 @@ Segment Segment::create(const SegmentSpec& spec, uint32_t client_id, uint32_t lo
   }
   const proto::SegmentGeometry g =
       proto::segment_geometry(spec.submit_capacity, spec.complete_capacity, spec.arena_bytes);
-  const uint64_t bytes = g.segment_bytes;
-  const auto fail = [&](const char* step, int err, bool no_memory) {
-    return SegmentError(
-        fmt::format("cannot create a segment of {} bytes ({}-byte arena) for local rank {}: {}: "
-                    "{}{}{}",
-                    bytes, spec.arena_bytes, local_rank, step, std::strerror(err),
-                    no_memory ? "; " : "", no_memory ? backing_reason(err) : ""),
-        no_memory);
-  };
   Segment seg;
-  // MFD_CLOEXEC: no child of the daemon inherits it. MFD_ALLOW_SEALING: the seals below.
-  seg.fd_ = Fd(::memfd_create("nodecomm-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!seg.fd_.valid()) throw fail("memfd_create", errno, errno == ENOMEM || errno == EMFILE);
-  if (::ftruncate(seg.fd_.get(), static_cast<off_t>(bytes)) != 0) {
-    throw fail("ftruncate", errno, errno == ENOMEM || errno == EFBIG);
-  }
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd_.get(), 0);
-  if (base == MAP_FAILED) throw fail("mmap", errno, errno == ENOMEM);
-  seg.base_ = base;
-  seg.size_ = bytes;
-  // Before fallocate: mbind on a shared mapping sets the file's own policy, which the pages
-  // fallocate allocates then follow.
-  if (spec.numa_node >= 0) bind_to_node(base, bytes, spec.numa_node);
-  madvise(base, bytes, MADV_HUGEPAGE);  // best effort, before the pages exist
-  // Every page now, or a clean error: nothing below touches memory that is not there.
-  if (::fallocate(seg.fd_.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
-    throw fail("fallocate", errno, true);
-  }
-  if (::fcntl(seg.fd_.get(), F_ADD_SEALS, kSegmentSeals) != 0) {
-    throw fail("sealing (F_ADD_SEALS)", errno, false);
-  }
-  prefault(base, bytes);
-
-  auto& h = seg.header();
-  h.magic = proto::kSegmentMagic;
-  h.header_bytes = sizeof(proto::SegmentHeader);
-  h.segment_bytes = bytes;
-  h.doorbells_offset = g.doorbells_offset;
-  h.submit_ring_offset = g.submit_ring_offset;
-  h.complete_ring_offset = g.complete_ring_offset;
-  h.arena_offset = g.arena_offset;
-  h.arena_bytes = spec.arena_bytes;
-  h.submit_capacity = spec.submit_capacity;
-  h.complete_capacity = spec.complete_capacity;
-  h.client_id = client_id;
-  h.local_rank = local_rank;
+  seg.size_ = g.segment_bytes;
+  seg.local_rank_ = local_rank;
   seg.layout_ =
       Layout{g.doorbells_offset, g.submit_ring_offset, g.complete_ring_offset, g.arena_offset,
              spec.arena_bytes,   spec.submit_capacity, spec.complete_capacity};
+  // MFD_CLOEXEC: no child of the daemon inherits it. MFD_ALLOW_SEALING: the seals in finish().
+  seg.fd_ = Fd(::memfd_create("nodecomm-segment", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!seg.fd_.valid()) {
+    throw seg.failure("memfd_create", errno, errno == ENOMEM || errno == EMFILE);
+  }
+  if (::ftruncate(seg.fd_.get(), static_cast<off_t>(seg.size_)) != 0) {
+    throw seg.failure("ftruncate", errno, errno == ENOMEM || errno == EFBIG);
+  }
+  void* base = ::mmap(nullptr, seg.size_, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd_.get(), 0);
+  if (base == MAP_FAILED) throw seg.failure("mmap", errno, errno == ENOMEM);
+  seg.base_ = base;
+  // Before fallocate: mbind on a shared mapping sets the file's own policy, which the pages
+  // fallocate allocates then follow.
+  if (spec.numa_node >= 0) bind_to_node(base, seg.size_, spec.numa_node);
+  madvise(base, seg.size_, MADV_HUGEPAGE);  // best effort, before the pages exist
+  return seg;
+}
+
+bool Segment::back(uint64_t max_bytes) {
+  const uint64_t chunk = std::min(max_bytes, size_ - backed_);
+  if (chunk > 0) {
+    // The pages now, or a clean error: nothing touches memory that is not there.
+    if (::fallocate(fd_.get(), 0, static_cast<off_t>(backed_), static_cast<off_t>(chunk)) != 0) {
+      throw failure("fallocate", errno, true);
+    }
+    prefault(static_cast<uint8_t*>(base_) + backed_, chunk);
+    backed_ += chunk;
+  }
+  return backed_ == size_;
+}
+
+void Segment::finish(uint32_t client_id) {
+  if (backed_ != size_) throw SegmentError("segment: finish() before every page is backed", false);
+  if (::fcntl(fd_.get(), F_ADD_SEALS, kSegmentSeals) != 0) {
+    throw failure("sealing (F_ADD_SEALS)", errno, false);
+  }
+  auto& h = header();
+  h.magic = proto::kSegmentMagic;
+  h.header_bytes = sizeof(proto::SegmentHeader);
+  h.segment_bytes = size_;
+  h.doorbells_offset = layout_.doorbells_offset;
+  h.submit_ring_offset = layout_.submit_ring_offset;
+  h.complete_ring_offset = layout_.complete_ring_offset;
+  h.arena_offset = layout_.arena_offset;
+  h.arena_bytes = layout_.arena_bytes;
+  h.submit_capacity = layout_.submit_capacity;
+  h.complete_capacity = layout_.complete_capacity;
+  h.client_id = client_id;
+  h.local_rank = local_rank_;
   // release: a client that acquires the version sees every field written above.
   std::atomic_ref<uint32_t>(h.layout_version)
       .store(proto::kLayoutVersion, std::memory_order_release);
+}
+
+Segment Segment::create(const SegmentSpec& spec, uint32_t client_id, uint32_t local_rank) {
+  Segment seg = reserve(spec, local_rank);
+  seg.back(seg.size());
+  seg.finish(client_id);
   return seg;
 }
 

@@ -48,12 +48,23 @@ class Segment {
   Segment& operator=(const Segment&) = delete;
   ~Segment();
 
-  // Daemon side: creates a memfd, sizes it, places it on the NUMA node, backs every page with
-  // fallocate (never a touching loop: a page that cannot be had is an error return, not a
-  // SIGBUS or an OOM kill of the daemon), seals it (kSegmentSeals), maps it, lays out the
-  // header, rings and doorbells, and publishes the layout version last. The descriptor stays
-  // open (fd()) until the daemon has passed it to the client. Throws SegmentError naming the
-  // bytes and the reason on failure.
+  // Daemon side, in three steps so that a large segment never stalls the daemon's loop for
+  // long (a peer declares a daemon lost after --peer-timeout-sec):
+  //  reserve: creates a memfd, sizes it, maps it and places it on the NUMA node; no pages yet,
+  //           and nothing may touch the mapping until back() has returned true;
+  //  back:    backs up to `max_bytes` more with fallocate (never a touching loop: a page that
+  //           cannot be had is an error return, not a SIGBUS or an OOM kill of the daemon)
+  //           and populates them; true once every page is there;
+  //  finish:  seals it (kSegmentSeals), lays out the header, rings and doorbells, and
+  //           publishes the layout version last.
+  // The descriptor stays open (fd()) until the daemon has passed it to the client. Each step
+  // throws SegmentError naming the bytes and the reason.
+  static Segment reserve(const SegmentSpec& spec, uint32_t local_rank);
+  bool back(uint64_t max_bytes);
+  void finish(uint32_t client_id);
+  // Bytes back() has not backed yet (what this segment will still take from memory).
+  uint64_t unbacked_bytes() const { return size_ - backed_; }
+  // All three at once (tests, fuzzers).
   static Segment create(const SegmentSpec& spec, uint32_t client_id, uint32_t local_rank);
   // Client side: maps the descriptor the daemon passed, after checking that it is shared memory
   // (tmpfs or hugetlbfs) carrying kSegmentSeals and exactly `expected_bytes` long (what the
@@ -104,10 +115,14 @@ class Segment {
     uint32_t submit_capacity = 0;
     uint32_t complete_capacity = 0;
   };
+  SegmentError failure(const char* step, int err, bool no_memory) const;
+
   void* base_ = nullptr;
   uint64_t size_ = 0;
   Fd fd_;
   Layout layout_;
+  uint64_t backed_ = 0;  // bytes fallocate has backed, from the start
+  uint32_t local_rank_ = 0;
 };
 
 // Populates page tables for [addr, addr+bytes) so the first real use does not pay the
