@@ -35,7 +35,10 @@ fi
 
 fail() {
   echo "hostile_memory: FAILED: $*" >&2
-  [ -f "${work:-}/daemon.log" ] && sed 's/^/[nodecommd] /' "$work/daemon.log" >&2
+  for log in "${work:-/nonexistent}"/*.log; do
+    [ -f "$log" ] && sed "s|^|[$(basename "$log")] |" "$log" >&2
+  done
+  [ -n "${cg:-}" ] && grep -H . "$cg/memory.oom_control" "$cg/memory.usage_in_bytes" >&2
   exit 1
 }
 
