@@ -69,6 +69,23 @@ TEST(Segment, CreateSealedAndOpenFromTheDescriptor) {
   opened.arena()[opened.arena_bytes() - 1] = 1;
 }
 
+// The daemon's way: reserve, back a chunk per loop turn, then finish (seal and header).
+TEST(Segment, BackedInChunksThenFinished) {
+  Segment s = Segment::reserve(small_spec(), 5);
+  const uint64_t total = s.size();
+  EXPECT_EQ(s.unbacked_bytes(), total);
+  EXPECT_EQ(::fcntl(s.fd(), F_GET_SEALS), 0);  // not sealed before finish
+  int turns = 0;
+  while (!s.back(256 << 10)) ++turns;
+  EXPECT_EQ(turns + 1, static_cast<int>((total + (256 << 10) - 1) / (256 << 10)));
+  EXPECT_EQ(s.unbacked_bytes(), 0u);
+  s.finish(9);
+  EXPECT_EQ(::fcntl(s.fd(), F_GET_SEALS), kSegmentSeals);
+  Segment opened = Segment::open(s.fd(), total);
+  EXPECT_EQ(opened.header().client_id, 9u);
+  EXPECT_EQ(opened.header().local_rank, 5u);
+}
+
 TEST(Segment, OpenRejectsAWrongVersionOrSize) {
   Segment created = Segment::create(SegmentSpec{}, 1, 0);
   EXPECT_THROW(Segment::open(created.fd(), created.size() - 4096), std::runtime_error);
