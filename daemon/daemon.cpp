@@ -524,6 +524,8 @@ size_t Daemon::back_segments() {
       if (!segment.back(kBackingChunkBytes)) return 1;  // more next turn
       segment.finish(client.id());
     } catch (const ipc::SegmentError& e) {
+      // What was backed goes back at once: under a limit, the daemon's own next page needs it.
+      client.pending_segment = ipc::Segment();
       reply_hello_error(client, e.no_memory() ? proto::Status::kNoMemory : proto::Status::kInternal,
                         e.what());
       return 1;
@@ -695,6 +697,7 @@ void Daemon::drop(ClientSession& client, const std::string& why) {
   if (client.state() == ClientSession::State::kClosed) return;
   const bool was_joined = client.state() == ClientSession::State::kJoined;
   client.set_state(ClientSession::State::kClosed);
+  client.pending_segment = ipc::Segment();  // a segment being backed: its pages, at once
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, client.fd(), nullptr);
   client.close_socket();
   Job* job = client.job;
