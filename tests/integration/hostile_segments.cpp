@@ -9,8 +9,9 @@
 //            ftruncate shorter and longer, fallocate past the end, more seals (each must fail
 //            with EPERM: the daemon sealed it); checks that the segment has no name (its
 //            mapping is a memfd, nothing in /dev/shm carries its pid); maps it, takes part in
-//            a world allreduce exactly, tries ftruncate again on the live segment, and takes
-//            part in two more, exactly.
+//            a world allreduce exactly, tries ftruncate again on the live segment, takes part
+//            in another, punches a hole over its arena (allowed: not a resize) and takes part
+//            in a third, exactly.
 //   regions  registers a file on a filesystem that is not shared memory (a file in the
 //            working directory, when that is not tmpfs): refused, naming why; a memfd made
 //            with MFD_ALLOW_SEALING: taken, and the daemon has sealed it against shrinking
@@ -108,6 +109,16 @@ int attack_resize(RawClient& c) {
     return hostile_fail(c, "ftruncate to 0 of the mapped segment was not refused with EPERM");
   }
   if (int bad = raw_world_allreduce(c, 2, 2)) return bad;
+  // Punching a hole is not resizing: the seals allow it (only write seals would forbid it, and
+  // the client must write). The daemon's next touch gets fresh zero pages, never a SIGBUS.
+  const uint64_t arena_offset = static_cast<uint64_t>(reinterpret_cast<uint8_t*>(c.arena) -
+                                                      static_cast<uint8_t*>(c.segment.base()));
+  if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(arena_offset),
+                  static_cast<off_t>(c.arena_bytes)) != 0) {
+    return hostile_fail(c, fmt::format("punching a hole in the arena: {}", std::strerror(errno)));
+  }
+  std::printf("hostile_client: punched a hole over its %llu-byte arena\n",
+              static_cast<unsigned long long>(c.arena_bytes));
   if (int bad = raw_world_allreduce(c, 3, 3)) return bad;
   std::printf("hostile_client: three world allreduces exact after the resize attempts\n");
   c.bye();
