@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 16, point 3: memory pressure is a refusal, not a crash. Runs a nodecommd (loopback
-# transport, own runtime directory) inside a memory cgroup (v1) of its own with a 192 MiB
+# transport, own runtime directory) inside a memory cgroup (v1) of its own with a 384 MiB
 # limit, and a two-rank job on it whose local rank 1 first asks for a 1 GiB arena:
 #  A. with the cgroup's OOM killer on (the default): refused before any page is asked for
 #     (NC_ERR_NO_MEMORY, "no memory for local rank 1's ... memory cgroup ... limit free");
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 BIN=${1:?usage: hostile_memory.sh BIN_DIR}
-LIMIT=$((192 << 20))
+LIMIT=$((384 << 20))
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "hostile_memory: skipped: needs root (to create a memory cgroup)"
