@@ -7,20 +7,12 @@
 
 namespace nodecomm::daemon {
 
-void ClientSession::attach_segment(ipc::Segment segment, std::string name) {
+void ClientSession::attach_segment(ipc::Segment segment) {
   segment_ = std::move(segment);
-  segment_name_ = std::move(name);
   submissions_ = ipc::RingConsumer<proto::OpDescriptor>(
       &segment_.submit_ring(), segment_.submit_slots(), segment_.submit_capacity());
   completions_ = ipc::RingProducer<proto::Completion>(
       &segment_.complete_ring(), segment_.complete_slots(), segment_.complete_capacity());
-}
-
-void ClientSession::unlink_segment_name() {
-  if (!segment_name_.empty()) {
-    ipc::Segment::unlink(segment_name_);
-    segment_name_.clear();
-  }
 }
 
 void ClientSession::complete(const proto::Completion& completion) {

@@ -21,7 +21,8 @@ class ClientSession {
  public:
   enum class State {
     kHello,    // connected, waiting for Hello
-    kMapping,  // segment created, waiting for the client to map it
+    kBacking,  // segment reserved; its pages are being backed a chunk per loop turn
+    kMapping,  // segment created and passed, waiting for the client to say it mapped it
     kJoined,   // segment mapped; member of a job (forming or running)
     kClosed,   // socket gone or dropped; waiting to be reaped
   };
@@ -37,11 +38,13 @@ class ClientSession {
   State state() const { return state_; }
   void set_state(State s) { state_ = s; }
 
+  // The segment while it is being backed (kBacking): not attached, so nothing touches its
+  // pages before they exist.
+  ipc::Segment pending_segment;
   // Takes ownership of the created segment and attaches the daemon's ring ends.
-  void attach_segment(ipc::Segment segment, std::string name);
-  // Unlinks the segment's name once the client has mapped it (or the client is gone).
-  void unlink_segment_name();
+  void attach_segment(ipc::Segment segment);
   const ipc::Segment& segment() const { return segment_; }
+  ipc::Segment& segment() { return segment_; }
   bool has_segment() const { return segment_.base() != nullptr; }
 
   ipc::RingConsumer<proto::OpDescriptor>& submissions() { return submissions_; }
@@ -82,7 +85,6 @@ class ClientSession {
   ipc::PeerCredentials cred_;
   State state_ = State::kHello;
   ipc::Segment segment_;
-  std::string segment_name_;
   ipc::RingConsumer<proto::OpDescriptor> submissions_;
   ipc::RingProducer<proto::Completion> completions_;
   std::deque<proto::Completion> overflow_;

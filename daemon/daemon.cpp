@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "log.hpp"
+#include "memory_budget.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
@@ -51,7 +52,6 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
 }
 
 Daemon::~Daemon() {
-  for (auto& [id, client] : clients_) client->unlink_segment_name();
   if (!ready_path_.empty()) ::unlink(ready_path_.c_str());
   if (listen_fd_.valid()) ::unlink(socket_path_.c_str());
 }
@@ -117,7 +117,7 @@ ipc::IdleConfig network_idle_config(const DaemonConfig& config) {
 int Daemon::run(const std::atomic<bool>& stop) {
   // relaxed: the flag is set from a signal handler and only needs to be seen eventually.
   while (!stop.load(std::memory_order_relaxed)) {
-    size_t work = do_work();
+    size_t work = do_work() + back_segments();
     if (take_region_faults()) {
       drop_poisoned_regions();
       ++work;
@@ -479,37 +479,75 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     }
   }
 
-  const std::string name =
-      fmt::format("{}{}.{}", ipc::segment_prefix(config_.instance), client.id(), client.cred().pid);
+  ipc::SegmentSpec spec;
+  spec.submit_capacity = config_.ring_capacity;
+  spec.complete_capacity = config_.ring_capacity;
+  spec.arena_bytes = proto::align_up(arena, proto::kArenaAlignment);
+  spec.numa_node = staging_.numa_node();
+  const uint64_t segment_bytes =
+      proto::segment_geometry(spec.submit_capacity, spec.complete_capacity, spec.arena_bytes)
+          .segment_bytes;
+  // Before any page is asked for: where a cgroup's OOM killer would answer instead of an
+  // error, it would kill this daemon. Segments still being backed count as taken.
+  uint64_t unbacked = 0;
+  for (const auto& [id, other] : clients_) {
+    if (other->state() == ClientSession::State::kBacking) {
+      unbacked += other->pending_segment.unbacked_bytes();
+    }
+  }
+  if (const std::string why = memory_shortfall(segment_bytes + unbacked); !why.empty()) {
+    return reply_hello_error(
+        client, Status::kNoMemory,
+        fmt::format("no memory for local rank {}'s {}-byte segment ({}-byte arena, +{} MiB "
+                    "reserve): {}",
+                    hello.local_rank, segment_bytes, spec.arena_bytes, kMemoryReserveBytes >> 20,
+                    why));
+  }
   try {
-    ipc::SegmentSpec spec;
-    spec.submit_capacity = config_.ring_capacity;
-    spec.complete_capacity = config_.ring_capacity;
-    spec.arena_bytes = proto::align_up(arena, proto::kArenaAlignment);
-    spec.numa_node = staging_.numa_node();
-    client.attach_segment(ipc::Segment::create(name, spec, client.id(), hello.local_rank,
-                                               client.cred().uid, client.cred().gid),
-                          name);
-  } catch (const std::exception& e) {
-    return reply_hello_error(client, Status::kNoMemory, e.what());
+    client.pending_segment = ipc::Segment::reserve(spec, hello.local_rank);
+  } catch (const ipc::SegmentError& e) {
+    return reply_hello_error(client, e.no_memory() ? Status::kNoMemory : Status::kInternal,
+                             e.what());
   }
   client.job = &job;
   client.local_rank = hello.local_rank;
   job.members[hello.local_rank] = &client;
-  client.set_state(ClientSession::State::kMapping);
+  client.set_state(ClientSession::State::kBacking);  // back_segments() goes on from here
+}
 
-  proto::HelloReply reply{};
-  reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
-  reply.status = static_cast<int32_t>(Status::kOk);
-  reply.segment_bytes = client.segment().size();
-  ipc::copy_text(reply.segment_name, name);
-  if (ipc::send_message(client.fd(), &reply, sizeof(reply)) != ipc::IoResult::kOk) {
-    drop(client, "could not be sent its segment name");
+size_t Daemon::back_segments() {
+  for (auto& [id, entry] : clients_) {
+    ClientSession& client = *entry;
+    if (client.state() != ClientSession::State::kBacking) continue;
+    ipc::Segment& segment = client.pending_segment;
+    try {
+      if (!segment.back(kBackingChunkBytes)) return 1;  // more next turn
+      segment.finish(client.id());
+    } catch (const ipc::SegmentError& e) {
+      // What was backed goes back at once: under a limit, the daemon's own next page needs it.
+      client.pending_segment = ipc::Segment();
+      reply_hello_error(client, e.no_memory() ? proto::Status::kNoMemory : proto::Status::kInternal,
+                        e.what());
+      return 1;
+    }
+    client.attach_segment(std::move(segment));
+    client.set_state(ClientSession::State::kMapping);
+    // The segment travels as a descriptor with the reply (SCM_RIGHTS): it has no name anyone
+    // could open, and its seals keep the client from resizing it under this daemon.
+    proto::HelloReply reply{};
+    reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
+    reply.status = static_cast<int32_t>(proto::Status::kOk);
+    reply.segment_bytes = client.segment().size();
+    const ipc::IoResult sent =
+        ipc::send_message(client.fd(), &reply, sizeof(reply), client.segment().fd());
+    client.segment().close_fd();  // the mapping keeps the memory; the client has its own copy
+    if (sent != ipc::IoResult::kOk) drop(client, "could not be sent its segment");
+    return 1;
   }
+  return 0;
 }
 
 void Daemon::on_mapped(ClientSession& client) {
-  client.unlink_segment_name();
   client.set_state(ClientSession::State::kJoined);
   Job& job = *client.job;
   ++job.attached;
@@ -542,8 +580,10 @@ void Daemon::on_register(ClientSession& client, const proto::Register& request, 
                            error)) {
     reply.status = static_cast<int32_t>(proto::Status::kOk);
     reply.region = index;
-    NC_LOG(kDebug, "client {} (pid {}): region {} registered, {} bytes", client.id(),
-           client.cred().pid, index, request.bytes);
+    NC_LOG(kDebug, "client {} (pid {}): region {} registered, {} bytes, {}", client.id(),
+           client.cred().pid, index, request.bytes,
+           client.regions().sealed(index) ? "sealed against shrinking"
+                                          : "unsealable (guarded against truncation)");
   } else {
     reply.status = static_cast<int32_t>(proto::Status::kInvalidArgument);
     ipc::copy_text(reply.message,
@@ -657,7 +697,7 @@ void Daemon::drop(ClientSession& client, const std::string& why) {
   if (client.state() == ClientSession::State::kClosed) return;
   const bool was_joined = client.state() == ClientSession::State::kJoined;
   client.set_state(ClientSession::State::kClosed);
-  client.unlink_segment_name();
+  client.pending_segment = ipc::Segment();  // a segment being backed: its pages, at once
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, client.fd(), nullptr);
   client.close_socket();
   Job* job = client.job;

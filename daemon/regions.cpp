@@ -1,9 +1,12 @@
 #include "regions.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <array>
@@ -94,9 +97,19 @@ bool RegisteredRegions::add(const ipc::Fd& fd, uint64_t file_offset, uint64_t by
                         regions_.size());
     return false;
   }
+  // Shared memory only: F_GET_SEALS answers for tmpfs and hugetlbfs files (memfds, /dev/shm)
+  // and fails for anything else without calling into the file's filesystem. A file on disk,
+  // NFS or FUSE could block this daemon's single thread in a page fault (a FUSE server can
+  // stall it forever) or fault it with an I/O error, so it is refused before any other call.
+  const int seals = fcntl(fd.get(), F_GET_SEALS);
+  struct statfs fs {};
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = "the descriptor is not a regular file (a memfd or a /dev/shm file is needed)";
+  if (seals < 0 || fstatfs(fd.get(), &fs) != 0 ||
+      (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC) || fstat(fd.get(), &st) != 0 ||
+      !S_ISREG(st.st_mode)) {
+    error =
+        "not a file on shared memory (a memfd or a /dev/shm file): a pipe, socket, or file on "
+        "disk, NFS or FUSE could block nodecommd";
     return false;
   }
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -131,8 +144,16 @@ bool RegisteredRegions::add(const ipc::Fd& fd, uint64_t file_offset, uint64_t by
     error = "this daemon has no room to guard another region";
     return false;
   }
+  // Where the file allows it (a memfd made with MFD_ALLOW_SEALING and not sealed further),
+  // the daemon seals it against shrinking itself: the truncation attack is then impossible,
+  // not just survived. /dev/shm files (PyTorch's shared storages) cannot be sealed; the
+  // SIGBUS guard covers them, and every region stays guarded either way. Sealed only once
+  // the region is taken, so that a refused registration leaves the file as it was.
+  const bool sealed =
+      (seals & F_SEAL_SHRINK) != 0 ||
+      ((seals & F_SEAL_SEAL) == 0 && fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK) == 0);
   index = static_cast<uint32_t>(regions_.size());
-  regions_.push_back({static_cast<uint8_t*>(base), bytes, mapped, slot});
+  regions_.push_back({static_cast<uint8_t*>(base), bytes, mapped, slot, sealed});
   sizes_.push_back(bytes);
   total_bytes_ += bytes;
   return true;

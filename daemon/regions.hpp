@@ -2,10 +2,14 @@
 // PyTorch's shared storages) that it passed over the control socket, mapped here so that
 // collectives on buffers inside them are zero-copy like arena buffers (proto::region_offset).
 //
-// The client keeps its own descriptor and may shrink the file under us; touching a page past
-// the new end would then raise SIGBUS in the daemon. A process-wide SIGBUS handler covers
-// every mapped region: a fault inside one replaces the region with zero pages, marks it
-// poisoned and lets the access finish. The daemon drops the client at its next check
+// Only files on shared memory (tmpfs, hugetlbfs) are taken: a file on disk, NFS or FUSE could
+// block the daemon in a page fault. Where the file allows sealing (a memfd made with
+// MFD_ALLOW_SEALING), the daemon adds F_SEAL_SHRINK and the file can never shrink. Otherwise
+// (a /dev/shm file) the client keeps its own descriptor and may shrink the file under us;
+// touching a page past the new end would then raise SIGBUS in the daemon. A process-wide
+// SIGBUS handler covers every mapped region: a fault inside one replaces the region with zero
+// pages, marks it poisoned and lets the access finish. The daemon drops the client at its
+// next check
 // (poisoned()), and nobody else is harmed. This is how Wayland compositors survive clients
 // that truncate their shm pools.
 #pragma once
@@ -43,6 +47,8 @@ class RegisteredRegions {
 
   // The first region the SIGBUS handler replaced, as text for the client's error, or "".
   std::string poisoned() const;
+  // Whether region `index` carries F_SEAL_SHRINK (for the log and the tests).
+  bool sealed(uint32_t index) const { return regions_[index].sealed; }
 
  private:
   struct Region {
@@ -50,6 +56,7 @@ class RegisteredRegions {
     uint64_t bytes = 0;
     uint64_t mapped_bytes = 0;  // page-rounded, as mmap took it
     int guard_slot = -1;
+    bool sealed = false;  // F_SEAL_SHRINK is on the file: it cannot shrink under us
   };
   std::vector<Region> regions_;
   std::vector<uint64_t> sizes_;

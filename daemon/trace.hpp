@@ -3,7 +3,7 @@
 // fused pack, whole operation) to /dev/shm/nodecomm.<instance>.trace, a bounded buffer that
 // nodecommctl maps read-only and turns into Chrome trace-event JSON. The daemon never writes
 // the user's FILE itself: it may run as another user and under ProtectSystem=strict, and the
-// buffer lives where it may write anyway (/dev/shm, like the client segments).
+// buffer lives where it may write anyway (/dev/shm, like the counters).
 #pragma once
 
 #include <cstddef>

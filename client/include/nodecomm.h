@@ -142,8 +142,10 @@ nc_status_t nc_free(nc_context_t* ctx, void* ptr);
  * [addr, addr + bytes) are zero-copy, as with nc_alloc buffers. The region stays registered,
  * and the daemon's mapping keeps its pages, until nc_finalize: keep [addr, addr + bytes) mapped
  * to the same file until then. At most 64 regions per context, and in all at most the daemon's
- * --max-arena bytes. Shrinking the file afterwards gets this rank dropped with an error, not
- * the daemon hurt. NC_ERR_INVALID_ARGUMENT, with the daemon's reason, if it refuses. */
+ * --max-arena bytes. The file must be on shared memory (tmpfs or hugetlbfs); a memfd made with
+ * MFD_ALLOW_SEALING is sealed against shrinking (F_SEAL_SHRINK) by the daemon. Shrinking an
+ * unsealable file afterwards gets this rank dropped with an error, not the daemon hurt.
+ * NC_ERR_INVALID_ARGUMENT, with the daemon's reason, if it refuses. */
 nc_status_t nc_register_fd(nc_context_t* ctx, int fd, uint64_t file_offset, size_t bytes,
                            void* addr);
 /* Bytes of the arena and how many are free. */

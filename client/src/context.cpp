@@ -224,8 +224,9 @@ Result Context::attach(const Settings& s) {
   const int timeout_ms = sent ? static_cast<int>(std::min(s.timeout_sec * 1000.0, 2.0e9)) : 100;
   proto::HelloReply reply{};
   size_t size = 0;
+  ipc::Fd segment_fd;  // the segment itself comes attached to the reply (SCM_RIGHTS)
   ipc::IoResult io =
-      ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms);
+      ipc::recv_message_timed(socket_.get(), &reply, sizeof(reply), size, timeout_ms, &segment_fd);
   if (!sent && (io != ipc::IoResult::kOk || reply.status == 0)) return daemon_lost("sending hello");
   if (io == ipc::IoResult::kTimeout) {
     return fail(NC_ERR_TIMEOUT, fmt::format("nodecommd at {} did not answer hello within {:.0f} s",
@@ -241,10 +242,11 @@ Result Context::attach(const Settings& s) {
                             ipc::bounded_text(reply.message)));
   }
   try {
-    segment_ = ipc::Segment::open(ipc::bounded_text(reply.segment_name));
+    segment_ = ipc::Segment::open(segment_fd.get(), reply.segment_bytes);
   } catch (const std::exception& e) {
     return fail(NC_ERR_PROTOCOL, e.what());
   }
+  segment_fd.reset();  // mapped: the descriptor is not needed any more
   const proto::Mapped mapped{static_cast<uint32_t>(proto::ControlType::kMapped), 0};
   if (ipc::send_message(socket_.get(), &mapped, sizeof(mapped)) != ipc::IoResult::kOk) {
     return daemon_lost("acknowledging the segment");

@@ -142,14 +142,15 @@ IoResult recv_message(int fd, void* data, size_t capacity, size_t& received, Fd*
   }
 }
 
-IoResult recv_message_timed(int fd, void* data, size_t capacity, size_t& received, int timeout_ms) {
+IoResult recv_message_timed(int fd, void* data, size_t capacity, size_t& received, int timeout_ms,
+                            Fd* passed) {
   pollfd p{fd, POLLIN, 0};
   for (;;) {
     const int r = ::poll(&p, 1, timeout_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return IoResult::kError;
     if (r == 0) return IoResult::kTimeout;
-    return recv_message(fd, data, capacity, received);
+    return recv_message(fd, data, capacity, received, passed);
   }
 }
 

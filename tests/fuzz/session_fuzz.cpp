@@ -119,7 +119,6 @@ void daemon_pass(daemon::ClientSession& session, const proto::SegmentGeometry& g
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nodecomm;
   using namespace nodecomm::fuzz;
-  static const std::string name = fmt::format("/nodecomm.sessionfuzz.{}", ::getpid());
   static const bool quiet = (daemon::Log::get().set_level(daemon::LogLevel::kError), true);
   (void)quiet;
   static const proto::SegmentGeometry g = proto::segment_geometry(kCapacity, kCapacity, kArena);
@@ -129,8 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   spec.arena_bytes = kArena;
   daemon::ClientSession session(1, ipc::Fd(),
                                 ipc::PeerCredentials{::getpid(), ::geteuid(), ::getegid()});
-  session.attach_segment(ipc::Segment::create(name, spec, 1, 0, ::geteuid(), ::getegid()), name);
-  session.unlink_segment_name();
+  session.attach_segment(ipc::Segment::create(spec, 1, 0));
   session.set_state(daemon::ClientSession::State::kJoined);
   auto* base = static_cast<uint8_t*>(session.segment().base());
   const uint64_t writable = g.arena_offset;  // the client may write the whole segment; the

@@ -41,9 +41,9 @@
 // still running. Every wait has a timeout (NODECOMM_TIMEOUT_SEC, default here 20 s).
 //
 // Two stand-alone modes serve the second-uid test (second_uid.sh):
-//   hostile_client segment-perms [HOLD_FILE]   checks that the daemon made this client's
-//       segment a 0600 file owned by its uid, optionally waits while HOLD_FILE exists (with the
-//       segment name in it) before mapping, then checks that the name is unlinked
+//   hostile_client segment-perms [HOLD_FILE]   checks that this client's segment came as a
+//       sealed, anonymous memfd it cannot resize, optionally waits while HOLD_FILE exists (with
+//       the descriptor's /proc path in it, for a third uid to try) before mapping it
 //   hostile_client join STATUS TEXT           expects nc_init to fail with STATUS (permission,
 //       no-memory, queue-full, invalid) and a message containing TEXT
 #include <fcntl.h>
@@ -607,27 +607,31 @@ int segment_perms(const char* hold_file) {
     std::fprintf(stderr, "hostile_client segment-perms: %s\n", c.error.c_str());
     return 1;
   }
-  const std::string path = "/dev/shm" + c.segment_name;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    std::fprintf(stderr, "hostile_client segment-perms: stat %s: %s\n", path.c_str(),
-                 std::strerror(errno));
+  // The segment came as a descriptor: an anonymous memfd, sealed, that this uid cannot resize.
+  const std::string fd_path = fmt::format("/proc/{}/fd/{}", ::getpid(), c.segment_fd.get());
+  char target[256] = {};
+  const ssize_t n = ::readlink(fd_path.c_str(), target, sizeof(target) - 1);
+  const int seals = ::fcntl(c.segment_fd.get(), F_GET_SEALS);
+  std::printf(
+      "hostile_client segment-perms: segment descriptor %s -> %s, seals %#x (client uid "
+      "%u)\n",
+      fd_path.c_str(), n > 0 ? target : "?", seals, ::geteuid());
+  if (n <= 0 || std::string(target).rfind("/memfd:", 0) != 0 ||
+      (seals & ipc::kSegmentSeals) != ipc::kSegmentSeals) {
+    std::fprintf(stderr, "hostile_client segment-perms: expected a sealed memfd\n");
     return 1;
   }
-  const unsigned mode = st.st_mode & 07777;
-  std::printf("hostile_client segment-perms: %s mode %04o owner uid %u gid %u (client uid %u)\n",
-              path.c_str(), mode, st.st_uid, st.st_gid, ::geteuid());
-  if (!S_ISREG(st.st_mode) || mode != 0600 || st.st_uid != ::geteuid() ||
-      st.st_gid != ::getegid()) {
-    std::fprintf(stderr, "hostile_client segment-perms: expected a 0600 file owned by %u:%u\n",
-                 ::geteuid(), ::getegid());
+  if (::ftruncate(c.segment_fd.get(), 0) == 0 || errno != EPERM) {
+    std::fprintf(stderr,
+                 "hostile_client segment-perms: ftruncate of the segment was not "
+                 "refused with EPERM\n");
     return 1;
   }
   if (hold_file != nullptr) {
     const std::string tmp = std::string(hold_file) + ".tmp";
     {
       std::ofstream out(tmp);
-      out << c.segment_name << "\n";
+      out << fd_path << "\n";
     }
     std::rename(tmp.c_str(), hold_file);
     const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_sec());
@@ -643,16 +647,11 @@ int segment_perms(const char* hold_file) {
     std::fprintf(stderr, "hostile_client segment-perms: %s\n", c.error.c_str());
     return 1;
   }
-  if (::access(path.c_str(), F_OK) == 0) {
-    std::fprintf(stderr, "hostile_client segment-perms: %s still exists after mapping\n",
-                 path.c_str());
-    return 1;
-  }
   if (c.world_size == 1) {
     if (int bad = raw_world_allreduce(c, 1, 1)) return bad;
   }
   c.bye();
-  std::printf("hostile_client segment-perms: ok (name unlinked once mapped)\n");
+  std::printf("hostile_client segment-perms: ok (a sealed memfd, no name)\n");
   return 0;
 }
 

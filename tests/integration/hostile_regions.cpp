@@ -60,7 +60,7 @@ int attack_regions(RawClient& c) {
   };
   const Refused refused[] = {
       {-1, 0, 4096, "no file descriptor came with the request"},
-      {pipe_fds[0], 0, 4096, "not a regular file"},
+      {pipe_fds[0], 0, 4096, "not a file on shared memory"},
       {small_fd, 0, 8192, "page-aligned range of the 4096-byte file"},
       {small_fd, 100, 64, "page-aligned range"},
       {small_fd, 0, 0, "non-empty"},

@@ -46,7 +46,8 @@ inline std::string env_or(const char* name, const char* fallback) {
 class RawClient {
  public:
   std::string error;
-  std::string segment_name;
+  ipc::Fd segment_fd;  // the memfd that came with the hello reply (kept: attacks use it)
+  uint64_t segment_bytes = 0;
   ipc::Fd fd;
   ipc::Segment segment;
   ipc::RingProducer<OpDescriptor> submissions;
@@ -62,7 +63,7 @@ class RawClient {
   proto::RingHeader* complete_ring = nullptr;
   proto::Doorbells* bells = nullptr;  // resolved at attach: the header may be scribbled later
 
-  // Connects, says hello, and receives the segment name.
+  // Connects, says hello, and receives the segment's descriptor.
   bool hello() {
     const std::string dir = env_or("NODECOMM_RUNTIME_DIR", "");
     const std::string path = dir + "/nodecommd.sock";
@@ -83,7 +84,7 @@ class RawClient {
     }
     proto::HelloReply reply{};
     size_t size = 0;
-    if (ipc::recv_message_timed(fd.get(), &reply, sizeof(reply), size, ms()) !=
+    if (ipc::recv_message_timed(fd.get(), &reply, sizeof(reply), size, ms(), &segment_fd) !=
             ipc::IoResult::kOk ||
         size != sizeof(reply)) {
       error = "no hello reply";
@@ -93,14 +94,14 @@ class RawClient {
       error = "refused: " + ipc::bounded_text(reply.message);
       return false;
     }
-    segment_name = ipc::bounded_text(reply.segment_name);
+    segment_bytes = reply.segment_bytes;
     return true;
   }
 
   // Maps the segment, acknowledges it and waits for the job to form.
   bool join() {
     try {
-      segment = ipc::Segment::open(segment_name);
+      segment = ipc::Segment::open(segment_fd.get(), segment_bytes);
     } catch (const std::exception& e) {
       error = e.what();
       return false;

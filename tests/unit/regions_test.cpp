@@ -1,11 +1,17 @@
-// The daemon's registered regions: what it maps, what it refuses, and that a file truncated
-// under it costs a poisoned region, not the process.
+// The daemon's registered regions: what it maps, what it refuses (anything not on shared
+// memory), that it seals a sealable memfd against shrinking, and that a file truncated under
+// it costs a poisoned region, not the process.
 #include "regions.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "nodecomm/proto/abi.hpp"
@@ -54,7 +60,19 @@ TEST(Regions, RefusesWhatItCannotMapSafely) {
   const ipc::Fd read_end(pipe_fds[0]);
   const ipc::Fd write_end(pipe_fds[1]);
   EXPECT_FALSE(regions.add(read_end, 0, 4096, 1 << 20, index, error));
-  EXPECT_NE(error.find("not a regular file"), std::string::npos) << error;
+  EXPECT_NE(error.find("not a file on shared memory"), std::string::npos) << error;
+  // A file on disk (the build directory) could block the daemon in a page fault.
+  char path[] = "regions_test.XXXXXX";
+  const ipc::Fd disk(mkstemp(path));
+  ASSERT_TRUE(disk.valid());
+  unlink(path);
+  ASSERT_EQ(ftruncate(disk.get(), kPage), 0);
+  struct statfs fs {};
+  ASSERT_EQ(fstatfs(disk.get(), &fs), 0);
+  if (fs.f_type != TMPFS_MAGIC) {
+    EXPECT_FALSE(regions.add(disk, 0, kPage, 1 << 20, index, error));
+    EXPECT_NE(error.find("not a file on shared memory"), std::string::npos) << error;
+  }
   const ipc::Fd fd = memfd(kPage);
   EXPECT_FALSE(regions.add(fd, 0, 8192, 1 << 20, index, error));  // past the end of the file
   EXPECT_FALSE(regions.add(fd, 512, 64, 1 << 20, index, error));  // unaligned
@@ -67,6 +85,27 @@ TEST(Regions, RefusesWhatItCannotMapSafely) {
   }
   EXPECT_FALSE(regions.add(fd, 0, 4096, uint64_t{1} << 30, index, error));
   EXPECT_NE(error.find("the most one client may have"), std::string::npos) << error;
+}
+
+// A memfd that allows sealing is sealed against shrinking by the daemon: no truncation at all.
+// One that does not (above, and /dev/shm files) keeps the SIGBUS guard.
+TEST(Regions, ASealableMemfdIsSealedAgainstShrinking) {
+  const ipc::Fd fd(memfd_create("regions_test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_EQ(ftruncate(fd.get(), 2 * kPage), 0);
+  RegisteredRegions regions;
+  uint32_t index = 0;
+  std::string error;
+  ASSERT_TRUE(regions.add(fd, 0, 2 * kPage, 1 << 20, index, error)) << error;
+  EXPECT_TRUE(regions.sealed(index));
+  EXPECT_EQ(fcntl(fd.get(), F_GET_SEALS), F_SEAL_SHRINK);
+  errno = 0;
+  EXPECT_NE(ftruncate(fd.get(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(ftruncate(fd.get(), 4 * kPage), 0);  // growing harms nobody
+  const ipc::Fd unsealable = memfd(kPage);
+  ASSERT_TRUE(regions.add(unsealable, 0, kPage, 1 << 20, index, error)) << error;
+  EXPECT_FALSE(regions.sealed(index));
 }
 
 TEST(Regions, ATruncatedFilePoisonsTheRegionInsteadOfKillingTheDaemon) {

@@ -17,7 +17,8 @@ std::string socket_path(const std::string& runtime_dir);
 std::string ready_path(const std::string& runtime_dir);
 // Creates `dir` and its parents with mode 0755 (leaf mode `leaf_mode`); throws on failure.
 void make_directories(const std::string& dir, unsigned leaf_mode);
-// Shared-memory names the daemon uses for its clients start with this, per instance.
+// Shared-memory names of an instance start with this (its counters and trace buffer; client
+// segments are anonymous memfds and have no name).
 std::string segment_prefix(const std::string& instance);
 // The instance's counters segment and trace buffer (proto/counters.hpp): shm names under the
 // same prefix, so that nodecommctl finds every instance in /dev/shm and the launcher's cleanup

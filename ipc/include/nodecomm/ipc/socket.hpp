@@ -63,8 +63,9 @@ IoResult send_message(int fd, const void* data, size_t bytes, int passed_fd = -1
 // Receives one message without blocking; `received` is its size. A descriptor attached to it
 // goes to `*passed` (when given and not yet holding one); any other is closed.
 IoResult recv_message(int fd, void* data, size_t capacity, size_t& received, Fd* passed = nullptr);
-// Waits up to timeout_ms for one message.
-IoResult recv_message_timed(int fd, void* data, size_t capacity, size_t& received, int timeout_ms);
+// Waits up to timeout_ms for one message; `passed` as for recv_message.
+IoResult recv_message_timed(int fd, void* data, size_t capacity, size_t& received, int timeout_ms,
+                            Fd* passed = nullptr);
 // True when the peer has closed its end (or the socket has failed), without consuming data.
 bool peer_closed(int fd);
 

@@ -12,14 +12,13 @@ namespace nodecomm::proto {
 
 inline constexpr uint32_t kControlMagic = 0x4e43544cu;  // "NCTL"
 inline constexpr size_t kJobNameBytes = 64;
-inline constexpr size_t kSegmentNameBytes = 64;
 inline constexpr size_t kControlMessageBytes = 256;
 inline constexpr uint32_t kLocalSizeLimit = 1024;
 
 enum class ControlType : uint32_t {
   kHello = 1,           // client → daemon: who I am, what I need
-  kHelloReply = 2,      // daemon → client: segment name, or why not
-  kMapped = 3,          // client → daemon: segment mapped; the daemon may unlink its name
+  kHelloReply = 2,      // daemon → client, with the segment's memfd (SCM_RIGHTS), or why not
+  kMapped = 3,          // client → daemon: segment mapped (the acknowledgement)
   kJobReady = 4,        // daemon → client: world placement, or why the job could not form
   kWake = 5,            // client → daemon: work was submitted while the daemon was parked
   kBye = 6,             // client → daemon: orderly finalize
@@ -54,14 +53,17 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 96 + sizeof(JobTuning) && std::is_trivially_copyable_v<Hello>);
 
+// On kOk the segment comes as one descriptor attached to this message (SCM_RIGHTS): a memfd
+// sealed against shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) and exactly
+// segment_bytes long. It has no name: nothing in /dev/shm, nothing another process can open.
 struct HelloReply {
   uint32_t type;  // kHelloReply
   int32_t status;
   uint64_t segment_bytes;
-  char segment_name[kSegmentNameBytes];  // shm name, NUL-terminated
   char message[kControlMessageBytes];
 };
-static_assert(sizeof(HelloReply) == 16 + kSegmentNameBytes + kControlMessageBytes);
+static_assert(sizeof(HelloReply) == 16 + kControlMessageBytes &&
+              std::is_trivially_copyable_v<HelloReply>);
 
 struct Mapped {
   uint32_t type;  // kMapped
@@ -143,10 +145,13 @@ struct AdminReply {
 static_assert(sizeof(AdminReply) == 16 + kControlMessageBytes &&
               std::is_trivially_copyable_v<AdminReply>);
 
-inline constexpr size_t kMaxControlMessageBytes = sizeof(HelloReply);
+// The largest message either side sends (JobReady): receive buffers are this big.
+inline constexpr size_t kMaxControlMessageBytes = sizeof(JobReady);
 static_assert(sizeof(AdminRequest) <= kMaxControlMessageBytes &&
-              sizeof(RegisterReply) <= kMaxControlMessageBytes);
+              sizeof(RegisterReply) <= kMaxControlMessageBytes &&
+              sizeof(HelloReply) <= kMaxControlMessageBytes);
 static_assert(sizeof(JobReady) <= kMaxControlMessageBytes &&
-              sizeof(Hello) <= kMaxControlMessageBytes);
+              sizeof(Hello) <= kMaxControlMessageBytes &&
+              sizeof(AdminReply) <= kMaxControlMessageBytes);
 
 }  // namespace nodecomm::proto
