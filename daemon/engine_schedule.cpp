@@ -200,7 +200,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
       // Announced, never marked ready: it runs outside the rounds once all nodes agree.
       if (op.phase == Operation::Phase::kReady && !op.announced &&
           mine.announced < kAnnouncePerRound) {
-        mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+        mine.announcements[mine.announced++] = summarize(op, lay);
         op.announced = true;
       }
       break;  // nothing overtakes a split or free
@@ -208,7 +208,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
     if (!locally_ready(comm, op)) continue;
     if (!op.announced) {
       if (mine.announced == kAnnouncePerRound) continue;
-      mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+      mine.announcements[mine.announced++] = summarize(op, lay);
       op.announced = true;
     }
     const uint64_t i = it->first - sched.floor;
@@ -297,6 +297,23 @@ void Engine::apply_round(Job& job, Communicator& comm) {
       return;
     }
   }
+  // Agreed, but a node cannot stage it: it fails on every node alike and leaves the plan;
+  // the communicator stays usable. Marked as handed out once the plan has started (marking
+  // moves the floor, from which `eligible` counts).
+  std::vector<uint64_t> refused_seqs;
+  std::erase_if(eligible, [&](uint64_t i) {
+    const uint64_t seq = sched.floor + i;
+    const std::string refused = cross_node_refusal(comm.id(), seq, sched.announced[seq], lay);
+    if (refused.empty()) return false;
+    refused_seqs.push_back(seq);
+    if (auto found = comm.ops().find(seq);
+        found != comm.ops().end() && found->second.phase != Operation::Phase::kDone) {
+      Operation& op = found->second;
+      complete(job, comm, op, Status::kNoMemory,
+               op.staging_refused.empty() ? refused : op.staging_refused);
+    }
+    return true;
+  });
   const auto priority_of = [&](uint64_t i) {
     return sched.announced[sched.floor + i][0]->priority;
   };
@@ -401,6 +418,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     }
     start_unit(job, comm, std::move(unit));
   }
+  for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
 }
 
 void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
@@ -450,6 +468,13 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         break;
       }
     }
+  } catch (const StagingExhausted& e) {
+    // The other nodes run this unit: tell them, so their members fail instead of waiting.
+    notices_.push_back({job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
+                        fmt::format("out of staging memory on node {}: {}", job.node_index,
+                                    e.what())});
+    fail_unit(job, comm, unit, e.what());
+    return;
   } catch (const TransportError& e) {
     fail_unit(job, comm, unit, e.what());
     return;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "count_agreement.hpp"
 #include "job.hpp"
 
 namespace nodecomm::daemon {
@@ -21,6 +22,39 @@ OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc) {
   s.dtype = desc.dtype;
   s.redop = desc.redop;
   s.compression = desc.compression;
+  return s;
+}
+
+namespace {
+
+std::vector<MemberCounts> member_counts(const Operation& op, const CommLayout& layout) {
+  std::vector<MemberCounts> members;
+  for (size_t k = 0; k < op.slots.size(); ++k) {
+    if (!op.slots[k]) continue;
+    members.push_back({layout.member_ranks[k], op.slots[k]->desc.count, op.slots[k]->aux.data()});
+  }
+  return members;
+}
+
+}  // namespace
+
+OpSummary summarize(const Operation& op, const CommLayout& layout) {
+  OpSummary s = summarize(op.seq, op.first());
+  const auto collective = static_cast<proto::Collective>(s.collective);
+  if (proto::aux_entries(collective, layout.size) > 0) {
+    std::vector<bool> local(layout.size, false);
+    for (const uint32_t r : layout.member_ranks) local[r] = true;
+    const CountDigest d =
+        node_count_digest(collective, layout.size, member_counts(op, layout), local);
+    s.counts_digest[0] = d.digest[0];
+    s.counts_digest[1] = d.digest[1];
+    s.counts_sent = d.sent;
+    s.counts_expected = d.expected;
+  }
+  if (!op.staging_refused.empty()) {
+    s.flags |= kSummaryStagingRefused;
+    s.staging_bytes = op.staging_reserved_bytes;
+  }
   return s;
 }
 
@@ -65,7 +99,19 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
                                     const CommLayout& layout) {
   bool agree = true;
   for (const auto& s : by_node) agree = agree && s && by_node[0] && same_operation(*s, *by_node[0]);
-  if (agree) return {};
+  if (agree) {
+    const auto collective = static_cast<proto::Collective>(by_node[0]->collective);
+    if (proto::aux_entries(collective, layout.size) == 0) return {};
+    std::vector<CountDigest> digests;
+    std::vector<std::string> ranks;
+    for (size_t n = 0; n < by_node.size(); ++n) {
+      const OpSummary& s = *by_node[n];
+      digests.push_back(CountDigest{{s.counts_digest[0], s.counts_digest[1]}, s.counts_sent,
+                                    s.counts_expected});
+      ranks.push_back(ranks_of_node(layout, n));
+    }
+    return cross_node_count_disagreement(collective, comm_id, seq, digests, ranks);
+  }
   std::string text =
       fmt::format("mismatched collectives on comm {} seq {} between nodes:", comm_id, seq);
   for (size_t n = 0; n < by_node.size(); ++n) {
@@ -74,6 +120,21 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
   }
   text.pop_back();
   return text;
+}
+
+std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,
+                               const std::vector<std::optional<OpSummary>>& by_node,
+                               const CommLayout& layout) {
+  std::string text;
+  for (size_t n = 0; n < by_node.size(); ++n) {
+    if (!by_node[n] || (by_node[n]->flags & kSummaryStagingRefused) == 0) continue;
+    text += fmt::format("{} node {} ({}) cannot stage {} bytes for it", text.empty() ? "" : ";", n,
+                        ranks_of_node(layout, n), by_node[n]->staging_bytes);
+  }
+  if (text.empty()) return {};
+  return fmt::format("{} seq {} on comm {} not run, out of staging memory:{} (see its daemon's "
+                     "log; limits --max-staging, --max-staging-per-job)",
+                     describe(*by_node[0]), seq, comm_id, text);
 }
 
 }  // namespace nodecomm::daemon
