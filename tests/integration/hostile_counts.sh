@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The reported attack, against one standalone nodecommd (loopback) that several jobs share,
+# started with --max-staging-per-job 6M:
+#   1. a one-rank job exchanges 4 MiB of a known pattern with alltoallv (exact);
+#   2. a one-rank job posts alltoallv receiving 1M elements while sending 1: NC_ERR_MISMATCH
+#      naming the counts, and none of job 1's bytes in its receive buffer;
+#   3. a two-rank job's 4 MiB-per-rank allgather (8 MiB of staging) fails with
+#      NC_ERR_NO_MEMORY naming the cap; the job's next operations are exact;
+#   4. a later job is exact and the daemon is still running.
+#   hostile_counts.sh BIN_DIR
+set -euo pipefail
+BIN=${1:?usage: hostile_counts.sh BIN_DIR}
+
+fail() {
+  echo "hostile_counts: FAILED: $*" >&2
+  [ -f "${work:-}/daemon.log" ] && sed 's/^/[nodecommd] /' "$work/daemon.log" >&2
+  exit 1
+}
+work=$(mktemp -d /tmp/nodecomm-counts.XXXXXX)
+rt="$work/rt"
+daemon_pid=""
+cleanup() {
+  stop_standalone_daemon
+  rm -rf "$work"
+}
+trap cleanup EXIT
+source "$(dirname "$0")/standalone_daemon.sh"
+start_standalone_daemon "$rt" "counts.$$" --max-staging-per-job 6M
+client_env=(env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_TIMEOUT_SEC=20 NODECOMM_ARENA_BYTES=32M)
+one_rank() {
+  local job=$1
+  shift
+  timeout --kill-after=5 60 "${client_env[@]}" NODECOMM_JOB="$job" NODECOMM_LOCAL_RANK=0 \
+    NODECOMM_LOCAL_SIZE=1 "$@"
+}
+
+one_rank earlier "$BIN/hostile_counts" pattern || fail "the earlier job's alltoallv"
+one_rank attacker "$BIN/hostile_counts" attack || fail "the attack was not refused cleanly"
+pids=()
+for r in 0 1; do
+  timeout --kill-after=5 60 "${client_env[@]}" NODECOMM_JOB=capped NODECOMM_LOCAL_RANK=$r \
+    NODECOMM_LOCAL_SIZE=2 HOSTILE_COUNTS_CAP_MIB=4 "$BIN/hostile_counts" cap \
+    >"$work/cap$r.log" 2>&1 &
+  pids+=($!)
+done
+for i in 0 1; do
+  wait "${pids[$i]}" || { cat "$work/cap$i.log" >&2; fail "the capped job, rank $i"; }
+done
+one_rank later "$BIN/hostile_counts" pattern || fail "a later job"
+kill -0 "$daemon_pid" || fail "nodecommd died"
+grep -q "mismatched counts on comm 0: alltoallv seq 1: rank 0 sends 1 elements" "$work/daemon.log" ||
+  fail "the daemon's log does not name the mismatch"
+echo "hostile_counts: the attack got NC_ERR_MISMATCH and no stale bytes; the staging cap" \
+  "refused one operation; the daemon served the later job exactly"
