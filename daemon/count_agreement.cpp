@@ -51,9 +51,11 @@ std::string local_count_disagreement(Collective c, uint64_t seq, uint32_t size,
       }
     }
     // ...and, for ranks on other nodes, that every member expects the same.
+    std::vector<bool> here(size, false);
+    for (const MemberCounts& m : members) here[m.rank] = true;
     for (size_t m = 1; m < members.size(); ++m) {
       for (uint32_t r = 0; r < size; ++r) {
-        if (members[m].aux[r] != members[0].aux[r]) {
+        if (!here[r] && members[m].aux[r] != members[0].aux[r]) {
           note(text, listed,
                fmt::format("rank {} expects {} elements from rank {}, rank {} expects {}",
                            members[0].rank, members[0].aux[r], r, members[m].rank,
