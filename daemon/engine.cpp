@@ -186,10 +186,11 @@ void Engine::reserve_staging(Job& job, Communicator& comm, Operation& op) {
     op.staging_held = true;
     return;
   }
-  op.staging_refused = fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}) "
-                                   "needs {} bytes; {}",
-                                   describe_submission(op.first()), op.seq, comm.id(),
-                                   local_ranks(comm.layout()), job.node_index, bytes, why);
+  op.staging_refused = fmt::format(
+      "out of staging memory: {} seq {} on comm {} ({} on node {}) "
+      "needs {} bytes; {}",
+      describe_submission(op.first()), op.seq, comm.id(), local_ranks(comm.layout()),
+      job.node_index, bytes, why);
   // On one node the operation fails here and now. Between nodes it goes on to the agreement
   // with the refusal in its summary, and every node fails it alike (cross_node_refusal).
   if (comm.layout().node_count == 1) complete(job, comm, op, Status::kNoMemory, op.staging_refused);

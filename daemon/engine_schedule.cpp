@@ -470,9 +470,9 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     }
   } catch (const StagingExhausted& e) {
     // The other nodes run this unit: tell them, so their members fail instead of waiting.
-    notices_.push_back({job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
-                        fmt::format("out of staging memory on node {}: {}", job.node_index,
-                                    e.what())});
+    notices_.push_back(
+        {job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
+         fmt::format("out of staging memory on node {}: {}", job.node_index, e.what())});
     fail_unit(job, comm, unit, e.what());
     return;
   } catch (const TransportError& e) {

@@ -106,8 +106,8 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
     std::vector<std::string> ranks;
     for (size_t n = 0; n < by_node.size(); ++n) {
       const OpSummary& s = *by_node[n];
-      digests.push_back(CountDigest{{s.counts_digest[0], s.counts_digest[1]}, s.counts_sent,
-                                    s.counts_expected});
+      digests.push_back(
+          CountDigest{{s.counts_digest[0], s.counts_digest[1]}, s.counts_sent, s.counts_expected});
       ranks.push_back(ranks_of_node(layout, n));
     }
     return cross_node_count_disagreement(collective, comm_id, seq, digests, ranks);
@@ -132,9 +132,10 @@ std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,
                         ranks_of_node(layout, n), by_node[n]->staging_bytes);
   }
   if (text.empty()) return {};
-  return fmt::format("{} seq {} on comm {} not run, out of staging memory:{} (see its daemon's "
-                     "log; limits --max-staging, --max-staging-per-job)",
-                     describe(*by_node[0]), seq, comm_id, text);
+  return fmt::format(
+      "{} seq {} on comm {} not run, out of staging memory:{} (see its daemon's "
+      "log; limits --max-staging, --max-staging-per-job)",
+      describe(*by_node[0]), seq, comm_id, text);
 }
 
 }  // namespace nodecomm::daemon

@@ -121,17 +121,20 @@ size_t StagingPool::reserved_by_owner() const {
 
 std::string StagingPool::reserve(size_t bytes) {
   const size_t mine = reserved_by_owner();
-  if (limits_.max_per_job != 0 && bytes > limits_.max_per_job - std::min(mine, limits_.max_per_job)) {
-    return fmt::format("{} bytes of staging would exceed the per-job cap of {} bytes "
-                       "(--max-staging-per-job; {} bytes reserved by this job's operations in "
-                       "flight)",
-                       bytes, limits_.max_per_job, mine);
+  if (limits_.max_per_job != 0 &&
+      bytes > limits_.max_per_job - std::min(mine, limits_.max_per_job)) {
+    return fmt::format(
+        "{} bytes of staging would exceed the per-job cap of {} bytes "
+        "(--max-staging-per-job; {} bytes reserved by this job's operations in "
+        "flight)",
+        bytes, limits_.max_per_job, mine);
   }
   if (limits_.max_total != 0 &&
       bytes > limits_.max_total - std::min(reserved_total_, limits_.max_total)) {
-    return fmt::format("{} bytes of staging would exceed the daemon's cap of {} bytes "
-                       "(--max-staging; {} bytes reserved by operations in flight)",
-                       bytes, limits_.max_total, reserved_total_);
+    return fmt::format(
+        "{} bytes of staging would exceed the daemon's cap of {} bytes "
+        "(--max-staging; {} bytes reserved by operations in flight)",
+        bytes, limits_.max_total, reserved_total_);
   }
   reserved_[owner_] += bytes;
   reserved_total_ += bytes;

@@ -71,7 +71,8 @@ int expect_status(const Ctx& c, nc_status_t got, nc_status_t want, const std::st
                   std::string(nc_status_string(got)) + " " + message);
   }
   for (const std::string& w : words) {
-    if (!contains(message, w)) bad += failed(c, std::string(what) + ": a message with '" + w + "'", message);
+    if (!contains(message, w))
+      bad += failed(c, std::string(what) + ": a message with '" + w + "'", message);
   }
   return bad;
 }
@@ -115,15 +116,16 @@ int exact_vector_ops(const Ctx& c, nc_comm_t comm) {
   }
   std::string msg;
   nc_status_t s = run(c, msg, [&](nc_request_t* r) {
-    return nc_alltoallv(c.ctx, send, sc.data(), sd.data(), recv, rc.data(), rd.data(), NC_I32,
-                        comm, nullptr, r);
+    return nc_alltoallv(c.ctx, send, sc.data(), sd.data(), recv, rc.data(), rd.data(), NC_I32, comm,
+                        nullptr, r);
   });
   bad += expect_status(c, s, NC_OK, msg, {}, "a correct alltoallv");
   for (int i = 0; i < c.size && bad == 0; ++i) {
     for (size_t e = 0; e < rc[i]; ++e) {
       if (recv[rd[i] + e] != a2a_value(i, c.rank, e)) {
-        bad += failed(c, "alltoallv exact", "from rank " + std::to_string(i) + " element " +
-                                                std::to_string(e) + " wrong");
+        bad +=
+            failed(c, "alltoallv exact",
+                   "from rank " + std::to_string(i) + " element " + std::to_string(e) + " wrong");
         break;
       }
     }
@@ -196,7 +198,8 @@ int attack(const Ctx& c) {
       "the attack");
   size_t stale = 0;
   for (size_t i = 0; i < kAttackElems; ++i) stale += recv[i] == kPattern ? 1 : 0;
-  if (stale > 0) bad += failed(c, "no byte of the earlier job", std::to_string(stale) + " stale elements");
+  if (stale > 0)
+    bad += failed(c, "no byte of the earlier job", std::to_string(stale) + " stale elements");
   bad += expect_untouched(c, recv, kAttackElems, "the attack");
   return bad;
 }
@@ -210,7 +213,8 @@ int mismatches(const Ctx& c, bool between) {
   // alltoallv: rank 0 sends rank 2 two elements more than rank 2 expects from it.
   {
     nc_comm_t comm = NC_COMM_NULL;
-    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK) return failed(c, "a dup", nc_last_error());
+    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK)
+      return failed(c, "a dup", nc_last_error());
     std::vector<size_t> sc(c.size), sd(c.size), rc(c.size), rd(c.size);
     size_t st = 0, rt = 0;
     for (int j = 0; j < c.size; ++j) {
@@ -231,8 +235,10 @@ int mismatches(const Ctx& c, bool between) {
     });
     bad += expect_status(
         c, s, NC_ERR_MISMATCH, msg,
-        between ? std::vector<std::string>{"mismatched alltoallv counts on comm", "seq 1 between "
-                                           "nodes", "node 0 (ranks 0,1) sends", "node 1 (ranks 2,3)"}
+        between ? std::vector<std::string>{"mismatched alltoallv counts on comm",
+                                           "seq 1 between "
+                                           "nodes",
+                                           "node 0 (ranks 0,1) sends", "node 1 (ranks 2,3)"}
                 : std::vector<std::string>{"mismatched counts on comm",
                                            "alltoallv seq 1: rank 0 sends 7 elements to rank 2, "
                                            "rank 2 expects 5 from rank 0"},
@@ -243,7 +249,8 @@ int mismatches(const Ctx& c, bool between) {
   // node, rank 1 sends 4 while the others expect 3 from it.
   {
     nc_comm_t comm = NC_COMM_NULL;
-    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK) return failed(c, "a dup", nc_last_error());
+    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK)
+      return failed(c, "a dup", nc_last_error());
     std::vector<size_t> counts(c.size, 3), displs(c.size);
     if (between && far_node) counts[0] = 4;
     if (!between && c.rank == 1) counts[1] = 4;
@@ -276,7 +283,8 @@ int mismatches(const Ctx& c, bool between) {
   // the others 4.
   {
     nc_comm_t comm = NC_COMM_NULL;
-    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK) return failed(c, "a dup", nc_last_error());
+    if (nc_comm_dup(c.ctx, NC_COMM_WORLD, &comm) != NC_OK)
+      return failed(c, "a dup", nc_last_error());
     const bool odd = between ? far_node : c.rank == c.size - 1;
     const size_t count = odd ? 5 : 4;
     uint32_t* send = alloc_u32(c, count * c.size);

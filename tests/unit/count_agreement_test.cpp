@@ -58,9 +58,9 @@ std::string between_nodes(const Alltoallv& a) {
 
 TEST(CountAgreement, AlltoallvOnOneNode) {
   const auto m = matrix(3);
-  EXPECT_EQ(local_count_disagreement(Collective::kAlltoallv, 3, 3,
-                                     Alltoallv(3, m, m).members({0, 1, 2})),
-            "");
+  EXPECT_EQ(
+      local_count_disagreement(Collective::kAlltoallv, 3, 3, Alltoallv(3, m, m).members({0, 1, 2})),
+      "");
   auto sends = m;
   sends[0][2] = 7;  // rank 2 expects m[0][2] = 5
   EXPECT_EQ(local_count_disagreement(Collective::kAlltoallv, 3, 3,
@@ -98,9 +98,9 @@ TEST(CountAgreement, AllgathervOnOneNode) {
             "sends 4 elements, rank 2 expects 3 from rank 1");
   // Entries for ranks elsewhere must agree too.
   const std::vector<uint64_t> c = {3, 3, 5, 0, 3, 6};
-  EXPECT_EQ(local_count_disagreement(Collective::kAllgatherv, 2, 3,
-                                     {{0, 3, a.data()}, {1, 3, c.data()}}),
-            "allgatherv seq 2: rank 0 expects 3 elements from rank 2, rank 1 expects 5");
+  EXPECT_EQ(
+      local_count_disagreement(Collective::kAllgatherv, 2, 3, {{0, 3, a.data()}, {1, 3, c.data()}}),
+      "allgatherv seq 2: rank 0 expects 3 elements from rank 2, rank 1 expects 5");
 }
 
 TEST(CountAgreement, AlltoallvBetweenNodes) {
@@ -155,8 +155,7 @@ TEST(StagingPool, CapsRefuseAndRelease) {
   pool.set_owner(1);
   EXPECT_EQ(pool.reserve(2 << 20), "");
   const std::string refused = pool.reserve(1);
-  EXPECT_NE(refused.find("per-job cap of 2097152 bytes (--max-staging-per-job"),
-            std::string::npos)
+  EXPECT_NE(refused.find("per-job cap of 2097152 bytes (--max-staging-per-job"), std::string::npos)
       << refused;
   pool.unreserve(2 << 20);
   EXPECT_EQ(pool.reserve(1 << 20), "");
