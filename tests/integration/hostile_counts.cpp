@@ -16,6 +16,8 @@
 //   hostile_counts cap      under --max-staging-per-job 1M: a 4 MiB-per-rank allgather fails
 //                           with NC_ERR_NO_MEMORY naming the cap, and the same communicator
 //                           then runs correct operations exactly
+//   hostile_counts cap-uneven  nodes of 3 and 1 ranks under --max-staging 2M: an alltoall
+//                           only the first node cannot stage fails on every rank of both
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -348,11 +350,42 @@ int cap(const Ctx& c) {
   return bad;
 }
 
+// Under --max-staging 2M on nodes of 3 and 1 ranks: an alltoall of 128 KiB blocks needs
+// 3 MiB of staging on the first node and 1 MiB on the second. Only the first refuses, and
+// every rank on both nodes gets NC_ERR_NO_MEMORY naming it; the world then runs exactly.
+int cap_uneven(const Ctx& c) {
+  const size_t n = size_t{1} << 15;  // u32 elements per block
+  uint32_t* send = alloc_u32(c, n * c.size);
+  uint32_t* recv = alloc_u32(c, n * c.size);
+  if (send == nullptr || recv == nullptr) return failed(c, "arena room", nc_last_error());
+  for (size_t i = 0; i < n * c.size; ++i) {
+    send[i] = kPattern;
+    recv[i] = kSentinel;
+  }
+  std::string msg;
+  nc_status_t s = run(c, msg, [&](nc_request_t* r) {
+    return nc_alltoall(c.ctx, send, recv, n, NC_I32, NC_COMM_WORLD, nullptr, r);
+  });
+  const bool refusing_node = c.rank < 3;
+  int bad = expect_status(
+      c, s, NC_ERR_NO_MEMORY, msg,
+      refusing_node ? std::vector<std::string>{"out of staging memory: alltoall",
+                                               "seq 1 on comm 0 "
+                                               "(ranks 0,1,2 on node 0) needs 3145728 bytes",
+                                               "the daemon's cap of 2097152 bytes (--max-staging"}
+                    : std::vector<std::string>{"seq 1 on comm 0 not run, out of staging memory: "
+                                               "node 0 (ranks 0,1,2) cannot stage 3145728 bytes"},
+      "an alltoall over the staging cap on one node");
+  bad += expect_untouched(c, recv, n * c.size, "an alltoall refused on one node");
+  bad += exact_vector_ops(c, NC_COMM_WORLD);
+  return bad;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: hostile_counts pattern|attack|local|between|cap\n");
+    std::fprintf(stderr, "usage: hostile_counts pattern|attack|local|between|cap|cap-uneven\n");
     return 2;
   }
   nc_init_options_t opts;
@@ -379,6 +412,8 @@ int main(int argc, char** argv) {
     bad = mismatches(c, true);
   } else if (mode == "cap") {
     bad = cap(c);
+  } else if (mode == "cap-uneven") {
+    bad = cap_uneven(c);
   } else {
     std::fprintf(stderr, "hostile_counts: unknown mode %s\n", argv[1]);
     return 2;
