@@ -81,7 +81,8 @@ class Engine {
   void apply_round(Job& job, Communicator& comm);
   void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
-  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why);
+  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
+                 proto::Status status = proto::Status::kPeerLost);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
   // Stall reports and operation timeouts, at most once a second.
   void check_stalls(Job& job, uint64_t now);

@@ -473,7 +473,7 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     notices_.push_back(
         {job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
          fmt::format("out of staging memory on node {}: {}", job.node_index, e.what())});
-    fail_unit(job, comm, unit, e.what());
+    fail_unit(job, comm, unit, e.what(), Status::kNoMemory);
     return;
   } catch (const TransportError& e) {
     fail_unit(job, comm, unit, e.what());
@@ -534,7 +534,8 @@ void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
   }
 }
 
-void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why) {
+void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
+                       Status status) {
   staging_.release(unit.scratch);
   staging_.release(unit.buffer);
   std::string text;
@@ -545,11 +546,15 @@ void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const 
     if (op.units_in_flight > 0) --op.units_in_flight;
     CollectiveContext ctx{job, comm, staging_, transport_};
     if (op.units_in_flight == 0) release_staging(ctx, op);
-    text = fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()), seq,
-                       why);
-    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, Status::kPeerLost, text);
+    text = status == Status::kNoMemory
+               ? fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
+                             describe_submission(op.first()), seq, comm.id(),
+                             local_ranks(comm.layout()), job.node_index, why)
+               : fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()),
+                             seq, why);
+    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, status, text);
   }
-  if (!text.empty()) comm.poison(Status::kPeerLost, text);
+  if (!text.empty()) comm.poison(status, text);
 }
 
 }  // namespace nodecomm::daemon
