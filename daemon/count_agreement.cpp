@@ -126,39 +126,53 @@ CountDigest node_count_digest(Collective c, uint32_t size, const std::vector<Mem
 
 std::string cross_node_count_disagreement(Collective c, uint32_t comm_id, uint64_t seq,
                                           const std::vector<CountDigest>& by_node,
-                                          const std::vector<std::string>& node_ranks) {
+                                          const std::vector<std::string>& node_ranks,
+                                          size_t here_node, const CountDigest* here) {
   if (by_node.empty()) return {};
-  bool agree = true;
-  if (c == Collective::kAllgatherv) {
-    for (const CountDigest& d : by_node) {
-      agree = agree && d.digest[0] == by_node[0].digest[0] && d.digest[1] == by_node[0].digest[1];
-    }
-  } else if (c == Collective::kAlltoallv) {
-    uint64_t sum[2] = {0, 0};
-    for (const CountDigest& d : by_node) {
-      sum[0] += d.digest[0];
-      sum[1] += d.digest[1];
-    }
-    agree = sum[0] == 0 && sum[1] == 0;
-  }
-  if (agree) return {};
-  std::string text = fmt::format("mismatched {} counts on comm {} seq {} between nodes:",
+  const auto node = [&](size_t n) {
+    return fmt::format("node {} ({})", n, n < node_ranks.size() ? node_ranks[n] : "?");
+  };
+  std::string text = fmt::format("mismatched {} counts on comm {} seq {} between nodes: ",
                                  proto::collective_name(c), comm_id, seq);
-  for (size_t n = 0; n < by_node.size(); ++n) {
-    const std::string& ranks = n < node_ranks.size() ? node_ranks[n] : std::string("?");
-    if (c == Collective::kAllgatherv) {
-      text += fmt::format(" node {} ({}) sends {} elements, its recv_counts total {};", n, ranks,
-                          by_node[n].sent, by_node[n].expected);
-    } else {
-      text += fmt::format(
-          " node {} ({}) sends {} elements to ranks on other nodes and expects {} from them;", n,
-          ranks, by_node[n].sent, by_node[n].expected);
+  if (c == Collective::kAllgatherv) {
+    // Nodes whose recv_counts differ from node 0's.
+    std::string differ;
+    for (size_t n = 1; n < by_node.size(); ++n) {
+      if (by_node[n].digest[0] != by_node[0].digest[0] ||
+          by_node[n].digest[1] != by_node[0].digest[1]) {
+        differ += (differ.empty() ? "" : ", ") + node(n);
+      }
     }
+    if (differ.empty()) return {};
+    text += fmt::format(
+        "{} passed recv_counts other than {}'s; every rank must pass the same "
+        "recv_counts, with recv_counts[r] equal to rank r's send count",
+        differ, node(0));
+    if (here != nullptr) {
+      text += fmt::format("; here, {} sends {} elements and its recv_counts total {}",
+                          node(here_node), here->sent, here->expected);
+    }
+    return text;
   }
-  text += c == Collective::kAllgatherv
-              ? " every rank must pass the same recv_counts, with recv_counts[r] equal to rank "
-                "r's send count"
-              : " a rank's send_counts[j] differs from rank j's recv_counts for it on another node";
+  if (c != Collective::kAlltoallv) return {};
+  uint64_t sum[2] = {0, 0};
+  for (const CountDigest& d : by_node) {
+    sum[0] += d.digest[0];
+    sum[1] += d.digest[1];
+  }
+  if (sum[0] == 0 && sum[1] == 0) return {};
+  std::string nodes;
+  for (size_t n = 0; n < by_node.size(); ++n) nodes += (n == 0 ? "" : ", ") + node(n);
+  text += fmt::format(
+      "what ranks send to other nodes is not what those expect, among {}: a "
+      "rank's send_counts[j] differs from rank j's recv_counts for it",
+      nodes);
+  if (here != nullptr) {
+    text += fmt::format(
+        "; here, {} sends {} elements to ranks on other nodes and expects {} "
+        "from them",
+        node(here_node), here->sent, here->expected);
+  }
   return text;
 }
 

@@ -41,8 +41,10 @@ std::string local_count_disagreement(proto::Collective c, uint64_t seq, uint32_t
 // What one node tells the others about its members' counts (see the file comment).
 struct CountDigest {
   uint64_t digest[2] = {0, 0};
-  uint64_t sent = 0;      // allgatherv: elements the node's ranks send; alltoallv: to other nodes
-  uint64_t expected = 0;  // allgatherv: the recv_counts total; alltoallv: from other nodes
+  // For messages only (never sent between nodes). allgatherv: elements the node's ranks send,
+  // and the total of their recv_counts; alltoallv: to and from ranks on other nodes.
+  uint64_t sent = 0;
+  uint64_t expected = 0;
 };
 // `local[r]` is true for the communicator ranks on this node.
 CountDigest node_count_digest(proto::Collective c, uint32_t size,
@@ -50,9 +52,11 @@ CountDigest node_count_digest(proto::Collective c, uint32_t size,
                               const std::vector<bool>& local);
 
 // Empty when the nodes' digests agree; otherwise the reason, naming each node's ranks (from
-// `node_ranks`, such as "ranks 0,1") and its totals.
+// `node_ranks`, such as "ranks 0,1") and, if `here` is given, this node's (`here_node`) totals.
+// Only the digests travel between nodes, so other nodes' totals are not known here.
 std::string cross_node_count_disagreement(proto::Collective c, uint32_t comm_id, uint64_t seq,
                                           const std::vector<CountDigest>& by_node,
-                                          const std::vector<std::string>& node_ranks);
+                                          const std::vector<std::string>& node_ranks,
+                                          size_t here_node, const CountDigest* here);
 
 }  // namespace nodecomm::daemon

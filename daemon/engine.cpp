@@ -311,7 +311,7 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
   op.check = 0;
   const std::vector<std::optional<OpSummary>> by_node(op.check_records.begin(),
                                                       op.check_records.end());
-  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay);
+  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay, &op);
   if (disagreement.empty()) {
     op.cross_checked = true;
     // A node that cannot stage it: it fails everywhere alike, and nothing else does.

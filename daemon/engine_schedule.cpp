@@ -62,6 +62,12 @@ bool agreed_everywhere(const CommSchedule& sched, uint64_t seq, size_t node_coun
   return true;
 }
 
+// This node's operation for `seq`, if it is still here.
+const Operation* local_op(Communicator& comm, uint64_t seq) {
+  const auto found = comm.ops().find(seq);
+  return found == comm.ops().end() ? nullptr : &found->second;
+}
+
 bool is_allreduce(const Operation& op) {
   return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
 }
@@ -257,7 +263,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   for (const uint64_t seq : announced_now) {
     if (!agreed_everywhere(sched, seq, records.size())) continue;
     if (std::string disagreement =
-            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay);
+            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay, local_op(comm, seq));
         !disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;
@@ -291,7 +297,8 @@ void Engine::apply_round(Job& job, Communicator& comm) {
                   "scheduling on comm {}: seq {} is ready on every node but was not "
                   "announced by all",
                   comm.id(), sched.floor + i)
-            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay);
+            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay,
+                                      local_op(comm, sched.floor + i));
     if (!disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "count_agreement.hpp"
 #include "job.hpp"
 
@@ -38,23 +40,21 @@ std::vector<MemberCounts> member_counts(const Operation& op, const CommLayout& l
 
 }  // namespace
 
+CountDigest node_digest(const Operation& op, const CommLayout& layout) {
+  std::vector<bool> local(layout.size, false);
+  for (const uint32_t r : layout.member_ranks) local[r] = true;
+  return node_count_digest(static_cast<proto::Collective>(op.first().collective), layout.size,
+                           member_counts(op, layout), local);
+}
+
 OpSummary summarize(const Operation& op, const CommLayout& layout) {
   OpSummary s = summarize(op.seq, op.first());
-  const auto collective = static_cast<proto::Collective>(s.collective);
-  if (proto::aux_entries(collective, layout.size) > 0) {
-    std::vector<bool> local(layout.size, false);
-    for (const uint32_t r : layout.member_ranks) local[r] = true;
-    const CountDigest d =
-        node_count_digest(collective, layout.size, member_counts(op, layout), local);
+  if (proto::aux_entries(static_cast<proto::Collective>(s.collective), layout.size) > 0) {
+    const CountDigest d = node_digest(op, layout);
     s.counts_digest[0] = d.digest[0];
     s.counts_digest[1] = d.digest[1];
-    s.counts_sent = d.sent;
-    s.counts_expected = d.expected;
   }
-  if (!op.staging_refused.empty()) {
-    s.flags |= kSummaryStagingRefused;
-    s.staging_bytes = op.staging_reserved_bytes;
-  }
+  if (!op.staging_refused.empty()) s.flags |= kSummaryStagingRefused;
   return s;
 }
 
@@ -96,7 +96,7 @@ std::string ranks_of_node(const CommLayout& layout, size_t node) {
 
 std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
                                     const std::vector<std::optional<OpSummary>>& by_node,
-                                    const CommLayout& layout) {
+                                    const CommLayout& layout, const Operation* here) {
   bool agree = true;
   for (const auto& s : by_node) agree = agree && s && by_node[0] && same_operation(*s, *by_node[0]);
   if (agree) {
@@ -106,11 +106,15 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
     std::vector<std::string> ranks;
     for (size_t n = 0; n < by_node.size(); ++n) {
       const OpSummary& s = *by_node[n];
-      digests.push_back(
-          CountDigest{{s.counts_digest[0], s.counts_digest[1]}, s.counts_sent, s.counts_expected});
+      digests.push_back(CountDigest{{s.counts_digest[0], s.counts_digest[1]}, 0, 0});
       ranks.push_back(ranks_of_node(layout, n));
     }
-    return cross_node_count_disagreement(collective, comm_id, seq, digests, ranks);
+    const bool mine_known = here != nullptr && here->seq == seq && !here->slots.empty() &&
+                            std::all_of(here->slots.begin(), here->slots.end(),
+                                        [](const auto& slot) { return slot.has_value(); });
+    const CountDigest mine = mine_known ? node_digest(*here, layout) : CountDigest{};
+    return cross_node_count_disagreement(collective, comm_id, seq, digests, ranks,
+                                         layout.node_index, mine_known ? &mine : nullptr);
   }
   std::string text =
       fmt::format("mismatched collectives on comm {} seq {} between nodes:", comm_id, seq);
@@ -128,13 +132,12 @@ std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,
   std::string text;
   for (size_t n = 0; n < by_node.size(); ++n) {
     if (!by_node[n] || (by_node[n]->flags & kSummaryStagingRefused) == 0) continue;
-    text += fmt::format("{} node {} ({}) cannot stage {} bytes for it", text.empty() ? "" : ";", n,
-                        ranks_of_node(layout, n), by_node[n]->staging_bytes);
+    text += fmt::format("{} node {} ({})", text.empty() ? "" : ",", n, ranks_of_node(layout, n));
   }
   if (text.empty()) return {};
   return fmt::format(
-      "{} seq {} on comm {} not run, out of staging memory:{} (see its daemon's "
-      "log; limits --max-staging, --max-staging-per-job)",
+      "{} seq {} on comm {} not run, out of staging memory:{} cannot stage it (that daemon's "
+      "log names the bytes and the cap; limits --max-staging, --max-staging-per-job)",
       describe(*by_node[0]), seq, comm_id, text);
 }
 

@@ -237,13 +237,17 @@ int mismatches(const Ctx& c, bool between) {
     });
     bad += expect_status(
         c, s, NC_ERR_MISMATCH, msg,
-        between ? std::vector<std::string>{"mismatched alltoallv counts on comm",
-                                           "seq 1 between "
-                                           "nodes",
-                                           "node 0 (ranks 0,1) sends", "node 1 (ranks 2,3)"}
-                : std::vector<std::string>{"mismatched counts on comm",
-                                           "alltoallv seq 1: rank 0 sends 7 elements to rank 2, "
-                                           "rank 2 expects 5 from rank 0"},
+        between
+            ? std::vector<std::string>{"mismatched alltoallv counts on comm", "seq 1 between nodes",
+                                       "node 0 (ranks 0,1), node 1 "
+                                       "(ranks 2,3)",
+                                       far_node ? "here, node 1 (ranks 2,3) sends 18 elements "
+                                                  "to ranks on other nodes and expects 26"
+                                                : "here, node 0 (ranks 0,1) sends 28 elements "
+                                                  "to ranks on other nodes and expects 18"}
+            : std::vector<std::string>{"mismatched counts on comm",
+                                       "alltoallv seq 1: rank 0 sends 7 elements to rank 2, "
+                                       "rank 2 expects 5 from rank 0"},
         "mismatched alltoallv counts");
     bad += expect_untouched(c, recv, rt, "mismatched alltoallv");
   }
@@ -272,10 +276,12 @@ int mismatches(const Ctx& c, bool between) {
     bad += expect_status(
         c, s, NC_ERR_MISMATCH, msg,
         between ? std::vector<std::string>{"mismatched allgatherv counts on comm",
-                                           "node 0 (ranks 0,1) sends 6 elements, its recv_counts "
-                                           "total 12",
-                                           "node 1 (ranks 2,3) sends 6 elements, its recv_counts "
-                                           "total 13"}
+                                           "node 1 (ranks 2,3) passed recv_counts other than node "
+                                           "0 (ranks 0,1)'s",
+                                           far_node ? "here, node 1 (ranks 2,3) sends 6 elements "
+                                                      "and its recv_counts total 13"
+                                                    : "here, node 0 (ranks 0,1) sends 6 elements "
+                                                      "and its recv_counts total 12"}
                 : std::vector<std::string>{"allgatherv seq 1: rank 1 sends 4 elements, rank 0 "
                                            "expects 3 from rank 1"},
         "mismatched allgatherv counts");
@@ -374,7 +380,7 @@ int cap_uneven(const Ctx& c) {
                                                "(ranks 0,1,2 on node 0) needs 3145728 bytes",
                                                "the daemon's cap of 2097152 bytes (--max-staging"}
                     : std::vector<std::string>{"seq 1 on comm 0 not run, out of staging memory: "
-                                               "node 0 (ranks 0,1,2) cannot stage 3145728 bytes"},
+                                               "node 0 (ranks 0,1,2) cannot stage it"},
       "an alltoall over the staging cap on one node");
   bad += expect_untouched(c, recv, n * c.size, "an alltoall refused on one node");
   bad += exact_vector_ops(c, NC_COMM_WORLD);

@@ -53,7 +53,7 @@ std::string between_nodes(const Alltoallv& a) {
       node_count_digest(Collective::kAlltoallv, 4, a.members({0, 1}), node0),
       node_count_digest(Collective::kAlltoallv, 4, a.members({2, 3}), node1)};
   return cross_node_count_disagreement(Collective::kAlltoallv, 7, 3, digests,
-                                       {"ranks 0,1", "ranks 2,3"});
+                                       {"ranks 0,1", "ranks 2,3"}, 0, &digests[0]);
 }
 
 TEST(CountAgreement, AlltoallvOnOneNode) {
@@ -110,12 +110,11 @@ TEST(CountAgreement, AlltoallvBetweenNodes) {
   auto sends = m;
   sends[0][2] += 2;
   const std::string text = between_nodes(Alltoallv(4, sends, m));
-  EXPECT_NE(text.find("mismatched alltoallv counts on comm 7 seq 3 between nodes: node 0 (ranks "
-                      "0,1) sends 28 elements to ranks on other nodes and expects 18 from them; "
-                      "node 1 (ranks 2,3) sends 18 elements to ranks on other nodes and expects "
-                      "26 from them"),
-            std::string::npos)
-      << text;
+  EXPECT_EQ(text,
+            "mismatched alltoallv counts on comm 7 seq 3 between nodes: what ranks send to other "
+            "nodes is not what those expect, among node 0 (ranks 0,1), node 1 (ranks 2,3): a "
+            "rank's send_counts[j] differs from rank j's recv_counts for it; here, node 0 (ranks "
+            "0,1) sends 28 elements to ranks on other nodes and expects 18 from them");
   // Totals that agree do not hide a disagreement: two pairs off by +1 and -1.
   sends = m;
   sends[0][2] += 1;
@@ -139,15 +138,16 @@ TEST(CountAgreement, AllgathervBetweenNodes) {
   };
   EXPECT_EQ(cross_node_count_disagreement(Collective::kAllgatherv, 0, 1,
                                           {digest(same, node0, 0), digest(same, node1, 2)},
-                                          {"ranks 0,1", "ranks 2,3"}),
+                                          {"ranks 0,1", "ranks 2,3"}, 0, nullptr),
             "");
-  const std::string text = cross_node_count_disagreement(
-      Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), digest(other, node1, 2)},
-      {"ranks 0,1", "ranks 2,3"});
-  EXPECT_NE(text.find("node 0 (ranks 0,1) sends 6 elements, its recv_counts total 12; node 1 "
-                      "(ranks 2,3) sends 6 elements, its recv_counts total 13"),
-            std::string::npos)
-      << text;
+  const CountDigest here = digest(other, node1, 2);
+  EXPECT_EQ(
+      cross_node_count_disagreement(Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), here},
+                                    {"ranks 0,1", "ranks 2,3"}, 1, &here),
+      "mismatched allgatherv counts on comm 0 seq 1 between nodes: node 1 (ranks 2,3) "
+      "passed recv_counts other than node 0 (ranks 0,1)'s; every rank must pass the same "
+      "recv_counts, with recv_counts[r] equal to rank r's send count; here, node 1 (ranks "
+      "2,3) sends 6 elements and its recv_counts total 13");
 }
 
 TEST(StagingPool, CapsRefuseAndRelease) {
