@@ -45,9 +45,10 @@ namespace {
 // Settings that are fixed once the daemon runs: the segment layout, the socket, the transport
 // and the lanes opened at start depend on them.
 const std::vector<std::string> kRestartOnly = {
-    "instance",      "runtime-dir", "cores",        "transport",     "lanes",
-    "default-arena", "max-arena",   "max-clients",  "ring-capacity", "staging-cache",
-    "log-format",    "allow-uids",  "allow-groups", "admin-group"};
+    "instance",      "runtime-dir",   "cores",        "transport",
+    "lanes",         "default-arena", "max-arena",    "max-clients",
+    "ring-capacity", "staging-cache", "max-staging",  "max-staging-per-job",
+    "log-format",    "allow-uids",    "allow-groups", "admin-group"};
 
 // The supplementary groups of the peer of `fd`: SO_PEERGROUPS (taken at connect, like
 // SO_PEERCRED), else /proc/<pid>/status, which the unit's ProtectProc=invisible may hide.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,16 @@ struct Members {
   int root(const Shape& s) const { return lay.member_of_rank(s.root); }
 };
 
+StagingPool::Buffer acquire_or_throw(StagingPool& pool, size_t bytes) {
+  try {
+    return pool.acquire(std::max<size_t>(bytes, 1));
+  } catch (const std::bad_alloc&) {
+    throw StagingExhausted(fmt::format("cannot allocate {} bytes of staging memory", bytes));
+  }
+}
+
 void* acquire(CollectiveContext& ctx, StagingPool::Buffer& into, size_t bytes) {
-  into = ctx.staging.acquire(std::max<size_t>(bytes, 1));
+  into = acquire_or_throw(ctx.staging, bytes);
   return into.data;
 }
 
@@ -176,7 +185,8 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
 std::function<void*(size_t)> scratch_in(StagingPool& pool, StagingPool::Buffer* holder) {
   return [&pool, holder](size_t bytes) {
     pool.release(*holder);
-    *holder = pool.acquire(std::max<size_t>(bytes, 1));
+    *holder = {};
+    *holder = acquire_or_throw(pool, bytes);
     return holder->data;
   };
 }
@@ -284,6 +294,59 @@ void finish_allreduce_int8(CollectiveContext& ctx, Operation& op, const Shape& s
 
 }  // namespace
 
+size_t staging_bytes(const CommLayout& lay, const Operation& op) {
+  const Shape s = shape_of(lay, op);
+  const size_t block = s.count * s.elem;
+  const size_t local = lay.members.size();
+  const bool multi = lay.node_count > 1;
+  switch (s.collective) {
+    case Collective::kAllreduce: {
+      if (!multi && !(s.widen && s.average)) return 0;  // reduced straight into a receive buffer
+      size_t bytes = s.count * s.wire_elem;
+      if (multi && s.compression == proto::Compression::kInt8) {
+        bytes += wire_bytes(proto::Compression::kInt8, s.count) * lay.node_count;
+      }
+      return bytes;
+    }
+    case Collective::kReduce:
+      return s.count * s.wire_elem;
+    case Collective::kReduceScatter:
+      return s.count * s.size * s.wire_elem;
+    case Collective::kBroadcast:
+      return block;
+    case Collective::kScatter:
+    case Collective::kAllgather:
+    case Collective::kGather:
+      return block * s.size;
+    case Collective::kAlltoall:
+      return block * s.size * local * (multi ? 2 : 1);
+    case Collective::kAllgatherv: {
+      const uint64_t* counts = op.slots[0]->aux.data();
+      size_t total = 0;
+      for (uint32_t r = 0; r < s.size; ++r) total += counts[r];
+      return total * s.elem;
+    }
+    case Collective::kAlltoallv: {
+      // What the node's members send, and (between nodes) what they receive. Saturating:
+      // runs may overlap, so the sum is not bounded by the arenas.
+      size_t total = 0;
+      const auto add = [&total](uint64_t n) {
+        if (__builtin_add_overflow(total, n, &total)) total = SIZE_MAX;
+      };
+      for (const auto& slot : op.slots) {
+        const uint64_t* aux = slot->aux.data();
+        for (uint32_t r = 0; r < s.size; ++r) {
+          add(aux[r]);
+          if (multi) add(aux[size_t{2} * s.size + r]);
+        }
+      }
+      return total > SIZE_MAX / s.elem ? SIZE_MAX : total * s.elem;
+    }
+    default:
+      return 0;
+  }
+}
+
 bool stage_in(CollectiveContext& ctx, Operation& op) {
   const CommLayout& lay = ctx.comm.layout();
   const Members m{ctx.job, lay, op};
@@ -370,6 +433,10 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
       const uint64_t* counts = op.slots[0]->aux.data();
       const std::vector<size_t> off = packed_offsets(lay, counts);
       auto* staging = static_cast<uint8_t*>(acquire(ctx, op.staging, off.back() * s.elem));
+      // Other nodes' runs arrive in this buffer: cleared first, so that a receive that came
+      // back short (counts that passed the digest check but disagree) leaves zeros, never
+      // bytes of an earlier operation.
+      if (lay.node_count > 1) std::memset(staging, 0, off.back() * s.elem);
       for (size_t k = 0; k < m.count(); ++k) {
         std::memcpy(staging + off[first + k] * s.elem, m.send(k),
                     counts[lay.member_ranks[k]] * s.elem);
@@ -468,6 +535,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
         received += rbytes.back();
       }
       void* recv = acquire(ctx, op.staging2, static_cast<size_t>(received));
+      // Cleared for the same reason as allgatherv's buffer (stage_in).
+      std::memset(recv, 0, static_cast<size_t>(received));
       return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
                                std::move(rbytes), std::move(rdispls));
     }

@@ -22,6 +22,17 @@ struct CollectiveContext {
   Transport& transport;
 };
 
+// The staging memory could not be had (StagingPool::acquire threw std::bad_alloc). A
+// TransportError, so that a failure inside a transfer's callbacks fails it like any other.
+class StagingExhausted : public TransportError {
+ public:
+  using TransportError::TransportError;
+};
+
+// Staging bytes `op` holds on this node at its peak (staging and the second buffer; an
+// algorithm's small scratch aside): what it reserves against the caps before it starts.
+size_t staging_bytes(const CommLayout& lay, const Operation& op);
+
 // Returns true when the operation is already complete and delivered (small single-node
 // fast paths); otherwise staging holds the node's input.
 bool stage_in(CollectiveContext& ctx, Operation& op);

@@ -79,6 +79,8 @@ struct Vars {
   std::string default_arena = "64M";
   std::string max_arena = "16G";
   std::string staging_cache = "1G";
+  std::string max_staging = "16G";
+  std::string max_staging_per_job = "16G";
   std::string log_level = "info";
   std::string algorithm = "auto";
   std::string small_bytes = std::to_string(c.tuning.small_bytes);
@@ -123,6 +125,13 @@ void define_settings(CLI::App& app, Vars& v) {
       ->check(CLI::Range(2u, 1u << 16))
       ->capture_default_str();
   app.add_option("--staging-cache", v.staging_cache, "Staging memory kept for reuse")
+      ->capture_default_str();
+  app.add_option("--max-staging", v.max_staging,
+                 "Staging memory that operations in flight may hold, all jobs together (0: no "
+                 "cap); an operation over it fails with NC_ERR_NO_MEMORY")
+      ->capture_default_str();
+  app.add_option("--max-staging-per-job", v.max_staging_per_job,
+                 "Staging memory that one job's operations in flight may hold (0: no cap)")
       ->capture_default_str();
   app.add_option("--log-level", v.log_level, "error, warn, info or debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}))
@@ -443,9 +452,9 @@ DaemonConfig parse_config(int argc, char** argv) {
     if (opt->count() > 0) {
       // A list shows every value; a repeated single value its last (TakeLast, above).
       const bool list = opt->get_items_expected_max() > 1;
-      origins[name] = Origin{Source::kFlag, "--" + name,
-                             list ? fmt::format("{}", fmt::join(opt->results(), ","))
-                                  : opt->results().back()};
+      origins[name] =
+          Origin{Source::kFlag, "--" + name,
+                 list ? fmt::format("{}", fmt::join(opt->results(), ",")) : opt->results().back()};
     } else {
       origins[name] = Origin{Source::kDefault, {}, opt->get_default_str()};
     }
@@ -556,6 +565,8 @@ DaemonConfig parse_config(int argc, char** argv) {
   c.default_arena_bytes = bytes("default-arena", v.default_arena);
   c.max_arena_bytes = bytes("max-arena", v.max_arena);
   c.staging_cache_bytes = bytes("staging-cache", v.staging_cache);
+  c.max_staging_bytes = bytes("max-staging", v.max_staging);
+  c.max_staging_per_job_bytes = bytes("max-staging-per-job", v.max_staging_per_job);
   const std::string levels[] = {"error", "warn", "info", "debug"};
   for (int i = 0; i < 4; ++i) {
     if (levels[i] == v.log_level) c.log_level = static_cast<LogLevel>(i);

@@ -24,6 +24,10 @@ struct DaemonConfig {
   uint32_t max_clients = 256;
   uint32_t ring_capacity = 256;
   uint64_t staging_cache_bytes = 1ULL << 30;
+  // Staging that operations in flight may reserve, all jobs together and one job; 0: no cap.
+  // An operation over either fails with NC_ERR_NO_MEMORY (staging.hpp).
+  uint64_t max_staging_bytes = 16ULL << 30;
+  uint64_t max_staging_per_job_bytes = 16ULL << 30;
   LogLevel log_level = LogLevel::kInfo;
   // Inter-node algorithms; `lanes` (duplicated communicators per node group) is fixed at
   // start, tuning.endpoints may use fewer of them.

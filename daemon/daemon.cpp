@@ -42,7 +42,8 @@ constexpr int kParkTimeoutMs = 100;
 Daemon::Daemon(DaemonConfig config, Transport& transport)
     : config_(std::move(config)),
       transport_(transport),
-      staging_(-1, config_.staging_cache_bytes),
+      staging_(-1, config_.staging_cache_bytes,
+               {config_.max_staging_bytes, config_.max_staging_per_job_bytes}),
       engine_(transport_, staging_),
       network_idle_(network_idle_config(config_)) {
   engine_.set_scheduler_tuning(config_.sched);

@@ -11,6 +11,7 @@
 #include "client_session.hpp"
 #include "collectives.hpp"
 #include "comm_split.hpp"
+#include "count_agreement.hpp"
 #include "counters.hpp"
 #include "log.hpp"
 #include "nodecomm/ipc/clock.hpp"
@@ -35,6 +36,7 @@ std::string who(const Job& job, const ClientSession& member) {
 
 size_t Engine::poll(Job& job) {
   transport_.begin_pass();
+  staging_.set_owner(job.serial);  // a new job never sees staging another one used
   size_t work = 0;
   const uint64_t now_ns = ipc::monotonic_ns();
   if (now_ns - last_stall_check_ns_ >= 1'000'000'000ull) {
@@ -147,27 +149,72 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   }
   Operation& op = comm.add(static_cast<uint32_t>(k), submission);
   if (op.arrived < comm.local_size()) return;
-  std::string diff = describe_disagreement(op, comm.layout());
-  if (diff.empty() &&
-      static_cast<proto::Collective>(desc.collective) == proto::Collective::kAllgatherv) {
-    // Every rank must describe the same receive counts.
-    const size_t n = comm.layout().size;
-    for (size_t m = 1; m < op.slots.size() && diff.empty(); ++m) {
-      if (!std::equal(op.slots[m]->aux.begin(), op.slots[m]->aux.begin() + n,
-                      op.slots[0]->aux.begin())) {
-        diff = fmt::format("seq {}: rank {} and rank {} passed different allgatherv recv_counts",
-                           op.seq, comm.layout().member_ranks[0], comm.layout().member_ranks[m]);
-      }
-    }
+  std::string text;
+  if (const std::string diff = describe_disagreement(op, comm.layout()); !diff.empty()) {
+    text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
+  } else if (const std::string counts = local_counts_disagreement(op, comm.layout());
+             !counts.empty()) {
+    // What each rank sends must be what its peers expect, before any data moves.
+    text = fmt::format("mismatched counts on comm {}: {}", comm.id(), counts);
   }
-  if (!diff.empty()) {
-    const std::string text = fmt::format("mismatched collective on comm {} {}", comm.id(), diff);
+  if (!text.empty()) {
     complete(job, comm, op, Status::kMismatch, text);
     comm.poison(Status::kMismatch, text);
     notices_.push_back({job.world_rank_of(comm.layout().members[0]), Status::kMismatch, text});
     return;
   }
   op.phase = Operation::Phase::kReady;
+  reserve_staging(job, comm, op);
+}
+
+std::string Engine::local_counts_disagreement(const Operation& op, const CommLayout& lay) {
+  const auto collective = static_cast<proto::Collective>(op.first().collective);
+  if (proto::aux_entries(collective, lay.size) == 0) return {};
+  std::vector<MemberCounts> members;
+  for (size_t k = 0; k < op.slots.size(); ++k) {
+    members.push_back({lay.member_ranks[k], op.slots[k]->desc.count, op.slots[k]->aux.data()});
+  }
+  return local_count_disagreement(collective, op.seq, lay.size, members);
+}
+
+void Engine::reserve_staging(Job& job, Communicator& comm, Operation& op) {
+  const size_t bytes = staging_bytes(comm.layout(), op);
+  if (bytes == 0) return;
+  op.staging_reserved_bytes = bytes;
+  const std::string why = staging_.reserve(bytes);
+  if (why.empty()) {
+    op.staging_held = true;
+    return;
+  }
+  op.staging_refused = fmt::format(
+      "out of staging memory: {} seq {} on comm {} ({} on node {}) "
+      "needs {} bytes; {}",
+      describe_submission(op.first()), op.seq, comm.id(), local_ranks(comm.layout()),
+      job.node_index, bytes, why);
+  // On one node the operation fails here and now. Between nodes it goes on to the agreement
+  // with the refusal in its summary, and every node fails it alike (cross_node_refusal).
+  if (comm.layout().node_count == 1) complete(job, comm, op, Status::kNoMemory, op.staging_refused);
+}
+
+std::string Engine::local_ranks(const CommLayout& lay) {
+  return fmt::format("{} {}", lay.member_ranks.size() == 1 ? "rank" : "ranks",
+                     fmt::join(lay.member_ranks, ","));
+}
+
+void Engine::fail_no_memory(Job& job, Communicator& comm, Operation& op, const std::string& what) {
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  release_staging(ctx, op);
+  const std::string text =
+      fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
+                  describe_submission(op.first()), op.seq, comm.id(), local_ranks(comm.layout()),
+                  job.node_index, what);
+  complete(job, comm, op, Status::kNoMemory, text);
+  if (comm.layout().node_count > 1) {
+    // The other nodes agreed to run it and may already be in its transfer: the communicator
+    // cannot pair up later operations any more, here or there.
+    comm.poison(Status::kNoMemory, text);
+    notices_.push_back({job.world_rank_of(comm.layout().members[0]), Status::kNoMemory, text});
+  }
 }
 
 size_t Engine::progress(Job& job, Communicator& comm) {
@@ -191,7 +238,7 @@ size_t Engine::progress(Job& job, Communicator& comm) {
     }
     try {
       if (op.phase == Operation::Phase::kReady && (op.check != 0 || !comm.poisoned())) {
-        work += cross_check(comm, op);
+        work += cross_check(job, comm, op);
       }
       if (op.phase == Operation::Phase::kReady) {
         if (comm.poisoned()) {
@@ -216,6 +263,9 @@ size_t Engine::progress(Job& job, Communicator& comm) {
           ++in_network;
         }
       }
+    } catch (const StagingExhausted& e) {
+      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
+      fail_no_memory(job, comm, op, e.what());
     } catch (const TransportError& e) {
       if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
       fail_between_nodes(job, comm, op, e.what());
@@ -233,7 +283,7 @@ size_t Engine::progress(Job& job, Communicator& comm) {
   return work;
 }
 
-size_t Engine::cross_check(Communicator& comm, Operation& op) {
+size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
   const CommLayout& lay = comm.layout();
   if (op.cross_checked) return 0;
   if (lay.node_count == 1) {
@@ -242,7 +292,7 @@ size_t Engine::cross_check(Communicator& comm, Operation& op) {
   }
   if (op.check == 0) {
     op.check_records.assign(lay.node_count, OpSummary{});
-    op.check_records[lay.node_index] = summarize(op.seq, op.first());
+    op.check_records[lay.node_index] = summarize(op, lay);
     op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(), sizeof(OpSummary));
     ++inter_node_ops_;
   }
@@ -261,9 +311,15 @@ size_t Engine::cross_check(Communicator& comm, Operation& op) {
   op.check = 0;
   const std::vector<std::optional<OpSummary>> by_node(op.check_records.begin(),
                                                       op.check_records.end());
-  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay);
+  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay, &op);
   if (disagreement.empty()) {
     op.cross_checked = true;
+    // A node that cannot stage it: it fails everywhere alike, and nothing else does.
+    if (const std::string refused = cross_node_refusal(comm.id(), op.seq, by_node, lay);
+        !refused.empty()) {
+      complete(job, comm, op, Status::kNoMemory,
+               op.staging_refused.empty() ? refused : op.staging_refused);
+    }
   } else {
     comm.poison(Status::kMismatch, disagreement);
   }
@@ -366,6 +422,10 @@ void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status
     }
     ipc::copy_text(c.message, message);
     member->complete(c);
+  }
+  if (op.staging_held) {
+    staging_.unreserve(op.staging_reserved_bytes);
+    op.staging_held = false;
   }
   if (counters_ != nullptr) counters_->op_completed(job, comm, op, status, now);
   if (status != Status::kOk) {

@@ -81,7 +81,8 @@ class Engine {
   void apply_round(Job& job, Communicator& comm);
   void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
-  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why);
+  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
+                 proto::Status status = proto::Status::kPeerLost);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
   // Stall reports and operation timeouts, at most once a second.
   void check_stalls(Job& job, uint64_t now);
@@ -92,11 +93,19 @@ class Engine {
                 const std::function<bool(const Communicator&, uint32_t)>& affected);
   // Sequence-order path: every node's summary of `op` is exchanged and compared before its
   // transfer starts (op_check.hpp); a disagreement poisons the communicator everywhere.
-  size_t cross_check(Communicator& comm, Operation& op);
+  size_t cross_check(Job& job, Communicator& comm, Operation& op);
   // Gives up op's summary exchange on a failed communicator: another node may never join it
   // (its ranks failed first). The records stay with the engine, as the transport may still
   // write into them; the communicator's group does no further exchanges.
   void abandon_check(Operation& op);
+  // Count agreement among the node's members (count_agreement.hpp); empty if they agree.
+  static std::string local_counts_disagreement(const Operation& op, const CommLayout& lay);
+  // Reserves op's staging against the caps once it is ready; a refusal fails it with
+  // NC_ERR_NO_MEMORY (on one node now, between nodes after the agreement, on every node).
+  void reserve_staging(Job& job, Communicator& comm, Operation& op);
+  // Staging could not be allocated (StagingExhausted): op fails with NC_ERR_NO_MEMORY.
+  void fail_no_memory(Job& job, Communicator& comm, Operation& op, const std::string& what);
+  static std::string local_ranks(const CommLayout& lay);
   void start(Job& job, Communicator& comm, Operation& op);
   void finish(Job& job, Communicator& comm, Operation& op);
   void complete(Job& job, Communicator& comm, Operation& op, proto::Status status,

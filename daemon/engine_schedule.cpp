@@ -62,6 +62,12 @@ bool agreed_everywhere(const CommSchedule& sched, uint64_t seq, size_t node_coun
   return true;
 }
 
+// This node's operation for `seq`, if it is still here.
+const Operation* local_op(Communicator& comm, uint64_t seq) {
+  const auto found = comm.ops().find(seq);
+  return found == comm.ops().end() ? nullptr : &found->second;
+}
+
 bool is_allreduce(const Operation& op) {
   return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
 }
@@ -200,7 +206,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
       // Announced, never marked ready: it runs outside the rounds once all nodes agree.
       if (op.phase == Operation::Phase::kReady && !op.announced &&
           mine.announced < kAnnouncePerRound) {
-        mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+        mine.announcements[mine.announced++] = summarize(op, lay);
         op.announced = true;
       }
       break;  // nothing overtakes a split or free
@@ -208,7 +214,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
     if (!locally_ready(comm, op)) continue;
     if (!op.announced) {
       if (mine.announced == kAnnouncePerRound) continue;
-      mine.announcements[mine.announced++] = summarize(op.seq, op.first());
+      mine.announcements[mine.announced++] = summarize(op, lay);
       op.announced = true;
     }
     const uint64_t i = it->first - sched.floor;
@@ -257,7 +263,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   for (const uint64_t seq : announced_now) {
     if (!agreed_everywhere(sched, seq, records.size())) continue;
     if (std::string disagreement =
-            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay);
+            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay, local_op(comm, seq));
         !disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;
@@ -291,12 +297,30 @@ void Engine::apply_round(Job& job, Communicator& comm) {
                   "scheduling on comm {}: seq {} is ready on every node but was not "
                   "announced by all",
                   comm.id(), sched.floor + i)
-            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay);
+            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay,
+                                      local_op(comm, sched.floor + i));
     if (!disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;
     }
   }
+  // Agreed, but a node cannot stage it: it fails on every node alike and leaves the plan;
+  // the communicator stays usable. Marked as handed out once the plan has started (marking
+  // moves the floor, from which `eligible` counts).
+  std::vector<uint64_t> refused_seqs;
+  std::erase_if(eligible, [&](uint64_t i) {
+    const uint64_t seq = sched.floor + i;
+    const std::string refused = cross_node_refusal(comm.id(), seq, sched.announced[seq], lay);
+    if (refused.empty()) return false;
+    refused_seqs.push_back(seq);
+    if (auto found = comm.ops().find(seq);
+        found != comm.ops().end() && found->second.phase != Operation::Phase::kDone) {
+      Operation& op = found->second;
+      complete(job, comm, op, Status::kNoMemory,
+               op.staging_refused.empty() ? refused : op.staging_refused);
+    }
+    return true;
+  });
   const auto priority_of = [&](uint64_t i) {
     return sched.announced[sched.floor + i][0]->priority;
   };
@@ -401,6 +425,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     }
     start_unit(job, comm, std::move(unit));
   }
+  for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
 }
 
 void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
@@ -450,6 +475,13 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         break;
       }
     }
+  } catch (const StagingExhausted& e) {
+    // The other nodes run this unit: tell them, so their members fail instead of waiting.
+    notices_.push_back(
+        {job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
+         fmt::format("out of staging memory on node {}: {}", job.node_index, e.what())});
+    fail_unit(job, comm, unit, e.what(), Status::kNoMemory);
+    return;
   } catch (const TransportError& e) {
     fail_unit(job, comm, unit, e.what());
     return;
@@ -509,7 +541,8 @@ void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
   }
 }
 
-void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why) {
+void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
+                       Status status) {
   staging_.release(unit.scratch);
   staging_.release(unit.buffer);
   std::string text;
@@ -520,11 +553,15 @@ void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const 
     if (op.units_in_flight > 0) --op.units_in_flight;
     CollectiveContext ctx{job, comm, staging_, transport_};
     if (op.units_in_flight == 0) release_staging(ctx, op);
-    text = fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()), seq,
-                       why);
-    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, Status::kPeerLost, text);
+    text = status == Status::kNoMemory
+               ? fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
+                             describe_submission(op.first()), seq, comm.id(),
+                             local_ranks(comm.layout()), job.node_index, why)
+               : fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()),
+                             seq, why);
+    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, status, text);
   }
-  if (!text.empty()) comm.poison(Status::kPeerLost, text);
+  if (!text.empty()) comm.poison(status, text);
 }
 
 }  // namespace nodecomm::daemon

@@ -90,6 +90,11 @@ std::string describe_disagreement(const Operation& op, const CommLayout& layout)
   return text;
 }
 
+uint64_t Job::next_serial() {
+  static uint64_t last = 0;  // jobs are created on the daemon's one thread
+  return ++last;
+}
+
 uint32_t CommLayout::node_of_rank(uint32_t rank) const {
   const uint32_t pos = position[rank];
   uint32_t n = 0;

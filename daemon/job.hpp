@@ -61,6 +61,11 @@ struct Operation {
   bool cross_checked = false;
   std::vector<OpSummary> check_records;
   uint32_t units_in_flight = 0;
+  // Staging reserved for it against the caps (StagingPool::reserve) once it is ready here,
+  // given back when it completes; or, if refused, the bytes it needed and why.
+  size_t staging_reserved_bytes = 0;
+  bool staging_held = false;
+  std::string staging_refused;
 
   const proto::OpDescriptor& first() const;
 };
@@ -144,6 +149,10 @@ class Job {
   Job(std::string name, uint32_t local_size)
       : name(std::move(name)), local_size(local_size), members(local_size, nullptr) {}
 
+  // Unique among this daemon's jobs: what the staging pool tags buffers with, so that no job
+  // ever reuses another's (StagingPool::set_owner).
+  const uint64_t serial = next_serial();
+
   bool all_attached() const { return attached == local_size; }
   uint32_t world_rank_of(uint32_t local) const { return world_offset + local; }
 
@@ -181,6 +190,9 @@ class Job {
     auto it = comms.find(id);
     return it == comms.end() ? nullptr : it->second.get();
   }
+
+ private:
+  static uint64_t next_serial();
 };
 
 }  // namespace nodecomm::daemon

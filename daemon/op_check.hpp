@@ -15,6 +15,10 @@
 namespace nodecomm::daemon {
 
 struct CommLayout;
+struct Operation;
+
+// OpSummary::flags
+inline constexpr uint32_t kSummaryStagingRefused = 1u << 0;  // this node cannot stage it
 
 // What one node's ranks submitted for one sequence number: the fields that every rank of a
 // communicator must pass alike. It travels between daemons, so it is fixed-width.
@@ -27,16 +31,32 @@ struct OpSummary {
   uint8_t dtype;
   uint8_t redop;
   uint8_t compression;
-  uint32_t reserved;
+  uint32_t flags;  // kSummary*
+  // allgatherv/alltoallv: the node's count digest (count_agreement.hpp), not compared field
+  // by field; zero otherwise. The node's totals stay home: each summary costs every scheduling
+  // round 64 slots, so it carries only what the agreement needs (48 bytes, was 32).
+  uint64_t counts_digest[2];
 };
-static_assert(sizeof(OpSummary) == 32 && std::is_trivially_copyable_v<OpSummary>);
+static_assert(sizeof(OpSummary) == 48 && std::is_trivially_copyable_v<OpSummary>);
 
 OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc);
+// With the count digest of the node's members and, if this node refused the operation's
+// staging (Operation::staging_refused), that refusal.
+OpSummary summarize(const Operation& op, const CommLayout& layout);
 
-// Empty when every node submitted the same operation; otherwise the error for every member:
-// each node, its ranks in the communicator and what they posted.
+// Empty when every node submitted the same operation, with counts that agree; otherwise the
+// error for every member: each node, its ranks in the communicator and what they posted.
+// `here`: this node's operation for that seq, if it has one, whose count totals a count
+// disagreement names.
 std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
                                     const std::vector<std::optional<OpSummary>>& by_node,
-                                    const CommLayout& layout);
+                                    const CommLayout& layout, const Operation* here = nullptr);
+
+// Every node agreed on the operation, but one or more could not stage it (--max-staging,
+// --max-staging-per-job, or no memory): empty if none; otherwise the error for every member.
+// The operation fails alike on every node without moving data; the communicator stays usable.
+std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,
+                               const std::vector<std::optional<OpSummary>>& by_node,
+                               const CommLayout& layout);
 
 }  // namespace nodecomm::daemon
