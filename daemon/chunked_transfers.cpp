@@ -31,9 +31,9 @@ class ChunkedTransfers final : public AllreduceAlgorithm {
         for (const Transfer& s : sends) {
           if (s.peer != me) continue;
           if (s.bytes != r.bytes) {
-            throw TransportError(fmt::format(
-                "chunked transfer: node {} sends itself {} bytes but receives {}", me, s.bytes,
-                r.bytes));
+            throw TransportError(
+                fmt::format("chunked transfer: node {} sends itself {} bytes but receives {}", me,
+                            s.bytes, r.bytes));
           }
           if (s.data != r.data && s.bytes > 0) std::memmove(r.data, s.data, s.bytes);
         }

@@ -103,8 +103,7 @@ void Daemon::start() {
   // and rename replaces whatever is at the path instead of writing through it.
   ::unlink(tmp.c_str());  // a crashed daemon's; the lock we hold says no live one writes it
   {
-    ipc::Fd out(
-        ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    ipc::Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     const std::string text = ready.dump() + "\n";
     if (!out.valid() || ::fchmod(out.get(), 0644) != 0 ||
         ::write(out.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
@@ -481,8 +480,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                          hello.local_rank, job_name, other->cred().pid));
   }
   for (ClientSession* other : job.members) {
-    if (other != nullptr && other->cred().uid != client.cred().uid &&
-        !may_join_others(client)) {
+    if (other != nullptr && other->cred().uid != client.cred().uid && !may_join_others(client)) {
       return reply_hello_error(
           client, Status::kPermission,
           fmt::format("job '{}' belongs to uid {}; uid {} may not join it (nodecommd "

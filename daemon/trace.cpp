@@ -1,8 +1,8 @@
 #include "trace.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,7 +30,7 @@ std::string OwnedShm::create(const std::string& name, size_t bytes, int reader_g
   reset();
   // /dev/shm is writable by everyone: a symbolic link planted at the name is refused (and
   // shm_open's O_NOFOLLOW and O_EXCL below would not follow it either).
-  struct stat st{};
+  struct stat st {};
   if (::lstat(("/dev/shm" + name).c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     return fmt::format(
         "refusing /dev/shm{}: it is a symbolic link, which nodecommd never follows (someone "
@@ -40,12 +40,11 @@ std::string OwnedShm::create(const std::string& name, size_t bytes, int reader_g
   // A stale object of this name is an earlier daemon's of the same instance (which held the
   // instance lock we hold now) or our own previous trace: replace it.
   ::shm_unlink(name.c_str());
-  const int fd =
-      ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fmt::format("shm_open {}: {}", name, std::strerror(errno));
   // Group-readable only when the group could be given to it (root, or CAP_CHOWN).
-  const bool group_reads = reader_gid >= 0 && ::fchown(fd, static_cast<uid_t>(-1),
-                                                       static_cast<gid_t>(reader_gid)) == 0;
+  const bool group_reads =
+      reader_gid >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(reader_gid)) == 0;
   std::string error;
   if (::fchmod(fd, group_reads ? 0640 : 0600) != 0) {
     error = fmt::format("fchmod {}: {}", name, std::strerror(errno));

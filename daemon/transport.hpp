@@ -72,9 +72,10 @@ class Transport {
                                          std::vector<size_t> displs, uint32_t root_node) = 0;
   // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
   // [rdispls[me], +rbytes[me]).
-  virtual TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,
-                                          std::vector<size_t> sdispls, void* recv,
-                                          std::vector<size_t> rbytes, std::vector<size_t> rdispls) = 0;
+  virtual TransportHandle start_alltoallv(NodeComm comm, const void* send,
+                                          std::vector<size_t> sbytes, std::vector<size_t> sdispls,
+                                          void* recv, std::vector<size_t> rbytes,
+                                          std::vector<size_t> rdispls) = 0;
   virtual TransportHandle start_barrier(NodeComm comm) = 0;
   // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: a small
   // allgather with the least latency the transport has (the scheduler's rounds).

@@ -29,7 +29,8 @@ class LoopbackTransport final : public Transport {
     return next_++;
   }
   TransportHandle start_broadcast(NodeComm, void*, size_t, uint32_t) override { return next_++; }
-  TransportHandle start_allgatherv(NodeComm, void*, std::vector<size_t>, std::vector<size_t>) override {
+  TransportHandle start_allgatherv(NodeComm, void*, std::vector<size_t>,
+                                   std::vector<size_t>) override {
     return next_++;
   }
   TransportHandle start_gatherv(NodeComm, void*, std::vector<size_t>, std::vector<size_t>,

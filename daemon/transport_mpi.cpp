@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <cstdio>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -19,8 +19,8 @@
 
 #include "allreduce_algorithms.hpp"
 #include "chunked_transfers.hpp"
-#include "p2p.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "p2p.hpp"
 #include "transport.hpp"
 #include "transport_mpi_liveness.hpp"
 
@@ -379,8 +379,8 @@ class MpiTransport final : public Transport {
     std::unique_ptr<AllreduceAlgorithm> algorithm;
     // Compressed data goes around the ring, the only algorithm that re-encodes per step.
     AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
-                                            ? AllreduceAlgorithmKind::kRing
-                                            : choose_allreduce(tuning_, bytes, group.net->size());
+                                      ? AllreduceAlgorithmKind::kRing
+                                      : choose_allreduce(tuning_, bytes, group.net->size());
     // Recursive doubling sends the whole buffer as one message and MPI_Iallreduce takes an int
     // count: beyond that the ring, whose slices stay far below it, carries the operation.
     if ((kind == AllreduceAlgorithmKind::kRecursiveDoubling && bytes > max_count_) ||
@@ -811,10 +811,10 @@ class MpiTransport final : public Transport {
       uint8_t* at = data + i * max_count_ * elem;
       const size_t n = message_bytes(count, max_count_, i);
       MPI_Request r = MPI_REQUEST_NULL;
-      check(MPI_Ireduce(root ? MPI_IN_PLACE : at, root ? at : nullptr, checked_count(n),
-                        to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), handle_of(comm),
-                        &r),
-            "MPI_Ireduce");
+      check(
+          MPI_Ireduce(root ? MPI_IN_PLACE : at, root ? at : nullptr, checked_count(n),
+                      to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), handle_of(comm), &r),
+          "MPI_Ireduce");
       if (i == 0) {
         p.request = r;
       } else {

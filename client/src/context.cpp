@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/idle.hpp"

@@ -27,9 +27,10 @@ std::optional<uid_t> uid_of(const std::string& text) {
 std::string check_daemon_peer(int fd, const std::string& socket_path) {
   const std::optional<PeerCredentials> peer = peer_credentials(fd);
   if (!peer) {
-    return fmt::format("cannot tell who serves nodecommd's socket {} (SO_PEERCRED failed); "
-                       "refusing to send it anything",
-                       socket_path);
+    return fmt::format(
+        "cannot tell who serves nodecommd's socket {} (SO_PEERCRED failed); "
+        "refusing to send it anything",
+        socket_path);
   }
   std::string expected;
   const char* pinned = std::getenv(kDaemonUidEnv);
@@ -46,10 +47,10 @@ std::string check_daemon_peer(int fd, const std::string& socket_path) {
         (service && peer->uid == *service)) {
       return {};
     }
-    expected = fmt::format("root, this process's uid {}{}", ::geteuid(),
-                           service ? fmt::format(" or the service user {} (uid {})",
-                                                 kServiceUser, *service)
-                                   : std::string());
+    expected = fmt::format(
+        "root, this process's uid {}{}", ::geteuid(),
+        service ? fmt::format(" or the service user {} (uid {})", kServiceUser, *service)
+                : std::string());
   }
   return fmt::format(
       "refusing nodecommd at {}: it runs as uid {} (pid {}), but this process accepts only {}; "

@@ -11,12 +11,14 @@ namespace nodecomm::ipc {
 
 namespace {
 
-std::string mode_text(mode_t mode) { return fmt::format("{:04o}", mode & 07777); }
+std::string mode_text(mode_t mode) {
+  return fmt::format("{:04o}", mode & 07777);
+}
 
 // An ancestor of the runtime directory: whoever may write in it may rename the runtime
 // directory away and put their own in its place, unless the sticky bit stops them.
 void check_ancestor(const std::string& dir, const std::string& ancestor) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(ancestor.c_str(), &st) != 0) {
     throw UnsafePathError(
         fmt::format("runtime directory {}: cannot check {}: {}", dir, ancestor, strerror(errno)));
@@ -65,7 +67,7 @@ void prepare_private_dir(const std::string& dir, unsigned leaf_mode) {
       throw UnsafePathError(fmt::format("mkdir {}: {}", part, std::strerror(errno)));
     }
   }
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     throw UnsafePathError(fmt::format("runtime directory {}: {}", dir, std::strerror(errno)));
   }
@@ -94,12 +96,12 @@ void prepare_private_dir(const std::string& dir, unsigned leaf_mode) {
 }
 
 void refuse_symlink(const std::string& path, const char* what) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    throw UnsafePathError(fmt::format(
-        "refusing {} {}: it is a symbolic link, which nodecommd never follows (someone "
-        "planted it, or the runtime directory is shared); remove it",
-        what, path));
+    throw UnsafePathError(
+        fmt::format("refusing {} {}: it is a symbolic link, which nodecommd never follows (someone "
+                    "planted it, or the runtime directory is shared); remove it",
+                    what, path));
   }
 }
 

@@ -130,8 +130,8 @@ TEST(ChunkedTransfers, BlocksBeyondIntMaxGoAsIntSizedMessages) {
   auto* base0 = reinterpret_cast<uint8_t*>(uintptr_t{1} << 44);
   auto* base1 = reinterpret_cast<uint8_t*>(uintptr_t{1} << 45);
   std::vector<std::unique_ptr<AllreduceAlgorithm>> ops;
-  ops.push_back(make_chunked_transfers(endpoints[0], 7, {{1, base0, big}}, {{1, base0 + big, bigger}},
-                                       INT_MAX));
+  ops.push_back(make_chunked_transfers(endpoints[0], 7, {{1, base0, big}},
+                                       {{1, base0 + big, bigger}}, INT_MAX));
   ops.push_back(make_chunked_transfers(endpoints[1], 7, {{0, base1, bigger}},
                                        {{0, base1 + bigger, big}}, INT_MAX));
   run(endpoints, ops);

@@ -130,8 +130,9 @@ std::string list_text(const std::vector<ListedInstance>& instances) {
     }
     const Snapshot& s = i.snapshot;
     const std::string job =
-        s.job.state == 0 ? "-"
-                         : fmt::format("{} ({})", ipc::printable_text(s.job.name), job_state(s.job));
+        s.job.state == 0
+            ? "-"
+            : fmt::format("{} ({})", ipc::printable_text(s.job.name), job_state(s.job));
     out += fmt::format("{:<28} {:<12} {:>8} {:>6} {:>7} {:<24} {}\n", s.instance(), daemon_state(s),
                        s.daemon.pid, fmt::format("{}/{}", s.daemon.node_index, s.daemon.node_count),
                        s.totals.clients, job, ipc::printable_text(s.daemon.runtime_dir));
@@ -142,7 +143,8 @@ std::string list_text(const std::vector<ListedInstance>& instances) {
 Json params_json(const Snapshot& s) {
   Json out = Json::object();
   for (uint32_t i = 0; i < s.params.count; ++i) {
-    out[ipc::printable_text(s.params.entries[i].key)] = ipc::printable_text(s.params.entries[i].value);
+    out[ipc::printable_text(s.params.entries[i].key)] =
+        ipc::printable_text(s.params.entries[i].value);
   }
   return out;
 }
@@ -208,9 +210,9 @@ std::string status_text(const Snapshot& s) {
   uint64_t stalled = 0;
   for (uint32_t i = 0; i < s.ops.count; ++i) stalled += s.ops.slots[i].stalled;
   std::string out;
-  out +=
-      fmt::format("instance   {} ({}, pid {}, uid {}, nodecomm {})\n", s.instance(),
-                  daemon_state(s), s.daemon.pid, s.daemon.uid, ipc::printable_text(s.daemon.version));
+  out += fmt::format("instance   {} ({}, pid {}, uid {}, nodecomm {})\n", s.instance(),
+                     daemon_state(s), s.daemon.pid, s.daemon.uid,
+                     ipc::printable_text(s.daemon.version));
   out += fmt::format("node       {} of {}, transport {}, {} lanes\n", s.daemon.node_index,
                      s.daemon.node_count, ipc::printable_text(s.daemon.transport), s.daemon.lanes);
   out += fmt::format(
