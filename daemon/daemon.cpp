@@ -25,6 +25,7 @@
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
+#include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/ipc/private_dir.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
@@ -297,8 +298,8 @@ std::string Daemon::status_line() {
   size_t in_flight = 0;
   for (auto& [id, comm] : job_->comms) in_flight += comm->ops().size();
   return fmt::format("job '{}' {}: {} client(s), {}/{} local ranks, {} ops posted, {} in flight",
-                     job_->name, kStates[static_cast<int>(job_->state)], clients_.size(),
-                     job_->attached, job_->local_size, ops, in_flight);
+                     ipc::printable(job_->name), kStates[static_cast<int>(job_->state)],
+                     clients_.size(), job_->attached, job_->local_size, ops, in_flight);
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
@@ -395,7 +396,8 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   proto::HelloReply reply{};
   reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
   reply.status = static_cast<int32_t>(status);
-  ipc::copy_text(reply.message, text);
+  // The text may quote another user's job name, which then reaches this user's terminal.
+  ipc::copy_text(reply.message, ipc::printable(text));
   ipc::send_message(client.fd(), &reply, sizeof(reply));
   NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
   drop(client, "refused at attach");
