@@ -417,7 +417,8 @@ class MpiTransport final : public Transport {
 
   // Reductions whose counts do not fit MPI's int go as several MPI_Ireduce calls of at most
   // max_count_ elements each (nonblocking collectives on one communicator match in start
-  // order on every daemon); the rest go as they always did.
+  // order on every daemon); the rest go as they always did. Every daemon must take the same
+  // path for an operation: each choice below depends only on sizes all of them know alike.
   TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                proto::RedOp op, uint32_t root_node) override {
     Pending p;
@@ -557,31 +558,24 @@ class MpiTransport final : public Transport {
     return remember(std::move(p));
   }
 
+  // Always point-to-point (chunked_transfers.hpp), never MPI_Ialltoallv: a node's send and
+  // receive sizes are its own, so whether they fit an int is not something every daemon
+  // could decide alike, and an MPI collective on some daemons facing point-to-point messages
+  // on others would never match. Open MPI's alltoallv is pairwise messages too.
   TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,
                                   std::vector<size_t> sdispls, void* recv,
                                   std::vector<size_t> rbytes,
                                   std::vector<size_t> rdispls) override {
-    if (!fit(sbytes) || !fit(sdispls) || !fit(rbytes) || !fit(rdispls)) {
-      // The send buffer is only read (Transfer's data is not const for the receives' sake).
-      auto* out = const_cast<uint8_t*>(static_cast<const uint8_t*>(send));
-      auto* in = static_cast<uint8_t*>(recv);
-      std::vector<Transfer> sends;
-      std::vector<Transfer> recvs;
-      for (uint32_t n = 0; n < sbytes.size(); ++n) {
-        sends.push_back({n, out + sdispls[n], sbytes[n]});
-        recvs.push_back({n, in + rdispls[n], rbytes[n]});
-      }
-      return start_chunked(comm, std::move(sends), std::move(recvs));
+    // The send buffer is only read (Transfer's data is not const for the receives' sake).
+    auto* out = const_cast<uint8_t*>(static_cast<const uint8_t*>(send));
+    auto* in = static_cast<uint8_t*>(recv);
+    std::vector<Transfer> sends;
+    std::vector<Transfer> recvs;
+    for (uint32_t n = 0; n < sbytes.size(); ++n) {
+      sends.push_back({n, out + sdispls[n], sbytes[n]});
+      recvs.push_back({n, in + rdispls[n], rbytes[n]});
     }
-    Pending p;
-    p.a = to_int(sbytes);
-    p.b = to_int(sdispls);
-    p.c = to_int(rbytes);
-    p.d = to_int(rdispls);
-    check(MPI_Ialltoallv(send, p.a.data(), p.b.data(), MPI_BYTE, recv, p.c.data(), p.d.data(),
-                         MPI_BYTE, handle_of(comm), &p.request),
-          "MPI_Ialltoallv");
-    return remember(std::move(p));
+    return start_chunked(comm, std::move(sends), std::move(recvs));
   }
 
   TransportHandle start_barrier(NodeComm comm) override {
@@ -786,7 +780,7 @@ class MpiTransport final : public Transport {
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
     std::vector<MPI_Request> more;  // the other calls of an operation cut into several
-    std::vector<int> a, b, c, d;
+    std::vector<int> a, b;
     std::function<void()> finish;  // runs once every request has completed
   };
 
