@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -49,25 +51,6 @@ const std::vector<std::string> kRestartOnly = {
     "lanes",         "default-arena", "max-arena",    "max-clients",
     "ring-capacity", "staging-cache", "max-staging",  "max-staging-per-job",
     "log-format",    "allow-uids",    "allow-groups", "admin-group"};
-
-// The supplementary groups of the peer of `fd`: SO_PEERGROUPS (taken at connect, like
-// SO_PEERCRED), else /proc/<pid>/status, which the unit's ProtectProc=invisible may hide.
-std::vector<gid_t> peer_groups(int fd, const ipc::PeerCredentials& cred) {
-  std::vector<gid_t> groups{cred.gid};
-  std::vector<gid_t> buffer(64);
-  socklen_t len = static_cast<socklen_t>(buffer.size() * sizeof(gid_t));
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, buffer.data(), &len) == 0) {
-    groups.insert(groups.end(), buffer.begin(), buffer.begin() + len / sizeof(gid_t));
-    return groups;
-  }
-  std::ifstream status(fmt::format("/proc/{}/status", cred.pid));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Groups:", 0) != 0) continue;
-    std::istringstream ids(line.substr(7));
-    for (gid_t g = 0; ids >> g;) groups.push_back(g);
-  }
-  return groups;
-}
 
 struct Invalid : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -128,6 +111,26 @@ const std::vector<std::string>& settable_keys() {
                                                 "net-park-min-us",  "net-park-max-us",
                                                 "stall-sec",        "op-timeout-sec"};
   return keys;
+}
+
+std::vector<gid_t> peer_groups(int fd, const ipc::PeerCredentials& cred) {
+  std::vector<gid_t> groups{cred.gid};
+  // SO_PEERGROUPS (Linux 4.13) holds the groups the peer had at connect, like SO_PEERCRED: not
+  // /proc/<pid>/status, which names whatever process has that pid by the time it is read and
+  // which the unit's ProtectProc=invisible hides. ERANGE gives the size needed.
+  std::vector<gid_t> buffer(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto len = static_cast<socklen_t>(buffer.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, buffer.data(), &len) == 0) {
+      groups.insert(groups.end(), buffer.begin(), buffer.begin() + len / sizeof(gid_t));
+      return groups;
+    }
+    if (errno != ERANGE) break;
+    buffer.resize(len / sizeof(gid_t) + 1);
+  }
+  NC_LOG(kWarn, "SO_PEERGROUPS failed ({}): only the peer's primary group {} is known",
+         std::strerror(errno), cred.gid);
+  return groups;
 }
 
 bool may_administer(int fd, const ipc::PeerCredentials& cred, const std::string& admin_group,
@@ -313,7 +316,8 @@ void Daemon::on_admin(ClientSession& client, const proto::AdminRequest& request)
       const std::string name = ipc::trace_shm_name(config_.instance);
       const std::string error =
           counters_.active()
-              ? counters_.trace().start(name, config_.instance, transport_.node_index(), capacity)
+              ? counters_.trace().start(name, config_.instance, transport_.node_index(), capacity,
+                                        reader_group_id(config_.admin_group))
               : "this daemon has no counters segment";
       if (!error.empty()) {
         status = Status::kInvalidArgument;

@@ -34,8 +34,11 @@ AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorit
 // Settings `nodecommctl set` can change while the daemon runs.
 const std::vector<std::string>& settable_keys();
 
-// Root, the daemon's own uid, or a member of `admin_group` (name or gid; primary group from
-// SO_PEERCRED, supplementary groups from SO_PEERGROUPS on `fd`, else /proc/<pid>/status).
+// The groups of the peer of `fd`: its primary gid (SO_PEERCRED) and its supplementary groups
+// (SO_PEERGROUPS), both as they were at connect.
+std::vector<gid_t> peer_groups(int fd, const ipc::PeerCredentials& cred);
+
+// Root, the daemon's own uid, or a member of `admin_group` (name or gid; peer_groups).
 // On refusal `why` says who was refused and who would be allowed.
 bool may_administer(int fd, const ipc::PeerCredentials& cred, const std::string& admin_group,
                     std::string& why);

@@ -123,13 +123,13 @@ void finish_reduction(const Shape& s, void* src, void* dst, size_t count) {
 }
 
 // Per-node byte counts and displacements for blocks of `per_rank_bytes` per rank.
-void node_blocks(const CommLayout& lay, size_t per_rank_bytes, std::vector<int>& bytes,
-                 std::vector<int>& displs) {
+void node_blocks(const CommLayout& lay, size_t per_rank_bytes, std::vector<size_t>& bytes,
+                 std::vector<size_t>& displs) {
   bytes.clear();
   displs.clear();
   for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
-    bytes.push_back(static_cast<int>(lay.node_sizes[n] * per_rank_bytes));
-    displs.push_back(static_cast<int>(lay.node_offsets[n] * per_rank_bytes));
+    bytes.push_back(lay.node_sizes[n] * per_rank_bytes);
+    displs.push_back(lay.node_offsets[n] * per_rank_bytes);
   }
 }
 
@@ -265,17 +265,14 @@ TransportHandle start_allreduce_int8(CollectiveContext& ctx, Operation& op, cons
   const AllreduceHooks hooks = allreduce_hooks(ctx, op, s);
   if (s.count > 0) hooks.prepare(0, s.count);
   const size_t wire = wire_bytes(proto::Compression::kInt8, s.count);
-  if (wire > static_cast<size_t>(INT32_MAX)) {
-    throw TransportError(fmt::format("int8 allreduce of {} elements is too large", s.count));
-  }
   auto* blocks = static_cast<uint8_t*>(acquire(ctx, op.staging2, wire * lay.node_count));
   std::vector<float>& residual = ctx.job.residuals[residual_key(ctx.comm, op)];
   residual.resize(s.count, 0.0f);
   wire_encode_with_feedback(proto::Compression::kInt8, static_cast<const float*>(op.staging.data),
                             residual.data(), s.count, blocks + lay.node_index * wire);
-  std::vector<int> bytes(lay.node_count, static_cast<int>(wire));
-  std::vector<int> displs(lay.node_count);
-  for (uint32_t n = 0; n < lay.node_count; ++n) displs[n] = static_cast<int>(n * wire);
+  std::vector<size_t> bytes(lay.node_count, wire);
+  std::vector<size_t> displs(lay.node_count);
+  for (uint32_t n = 0; n < lay.node_count; ++n) displs[n] = n * wire;
   return ctx.transport.start_allgatherv(lay.node_comm, blocks, std::move(bytes), std::move(displs));
 }
 
@@ -475,8 +472,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
   const uint32_t root_node =
       proto::collective_has_root(s.collective) ? lay.node_of_rank(s.root) : 0;
   Transport& t = ctx.transport;
-  std::vector<int> bytes;
-  std::vector<int> displs;
+  std::vector<size_t> bytes;
+  std::vector<size_t> displs;
   switch (s.collective) {
     case Collective::kAllreduce:
       if (s.compression == proto::Compression::kInt8) return start_allreduce_int8(ctx, op, s);
@@ -485,8 +482,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
     case Collective::kReduce:
       return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node);
     case Collective::kReduceScatter: {
-      std::vector<int> counts;
-      for (uint32_t n : lay.node_sizes) counts.push_back(static_cast<int>(n * s.count));
+      std::vector<size_t> counts;
+      for (uint32_t n : lay.node_sizes) counts.push_back(n * s.count);
       return t.start_reduce_scatter(nc, op.staging.data, std::move(counts), s.wire, s.op);
     }
     case Collective::kBroadcast:
@@ -504,8 +501,8 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
       // To node n: this node's members x n's members blocks; from n: the same shape, [i][j].
       const size_t local = lay.members.size();
       node_blocks(lay, block * local, bytes, displs);
-      std::vector<int> rbytes = bytes;
-      std::vector<int> rdispls = displs;
+      std::vector<size_t> rbytes = bytes;
+      std::vector<size_t> rdispls = displs;
       void* recv = acquire(ctx, op.staging2, block * s.size * local);
       return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
                                std::move(rbytes), std::move(rdispls));
@@ -515,28 +512,28 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
       for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
         const size_t begin = off[lay.node_offsets[n]];
         const size_t end = off[lay.node_offsets[n] + lay.node_sizes[n]];
-        bytes.push_back(static_cast<int>((end - begin) * s.elem));
-        displs.push_back(static_cast<int>(begin * s.elem));
+        bytes.push_back((end - begin) * s.elem);
+        displs.push_back(begin * s.elem);
       }
       return t.start_allgatherv(nc, op.staging.data, std::move(bytes), std::move(displs));
     }
     case Collective::kAlltoallv: {
       const Members m{ctx.job, lay, op};
-      std::vector<int> rbytes;
-      std::vector<int> rdispls;
-      int sent = 0;
-      int received = 0;
+      std::vector<size_t> rbytes;
+      std::vector<size_t> rdispls;
+      size_t sent = 0;
+      size_t received = 0;
       for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
-        bytes.push_back(static_cast<int>(alltoallv_to(m, lay, n) * s.elem));
+        bytes.push_back(alltoallv_to(m, lay, n) * s.elem);
         displs.push_back(sent);
         sent += bytes.back();
-        rbytes.push_back(static_cast<int>(alltoallv_from(m, lay, n) * s.elem));
+        rbytes.push_back(alltoallv_from(m, lay, n) * s.elem);
         rdispls.push_back(received);
         received += rbytes.back();
       }
-      void* recv = acquire(ctx, op.staging2, static_cast<size_t>(received));
+      void* recv = acquire(ctx, op.staging2, received);
       // Cleared for the same reason as allgatherv's buffer (stage_in).
-      std::memset(recv, 0, static_cast<size_t>(received));
+      std::memset(recv, 0, received);
       return t.start_alltoallv(nc, op.staging.data, std::move(bytes), std::move(displs), recv,
                                std::move(rbytes), std::move(rdispls));
     }

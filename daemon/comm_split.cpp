@@ -33,11 +33,11 @@ void split_stage_in(CollectiveContext& ctx, Operation& op) {
 
 TransportHandle split_start_network(CollectiveContext& ctx, Operation& op) {
   const CommLayout& lay = ctx.comm.layout();
-  std::vector<int> bytes;
-  std::vector<int> displs;
+  std::vector<size_t> bytes;
+  std::vector<size_t> displs;
   for (size_t n = 0; n < lay.node_sizes.size(); ++n) {
-    bytes.push_back(static_cast<int>(lay.node_sizes[n] * sizeof(SplitRecord)));
-    displs.push_back(static_cast<int>(lay.node_offsets[n] * sizeof(SplitRecord)));
+    bytes.push_back(lay.node_sizes[n] * sizeof(SplitRecord));
+    displs.push_back(lay.node_offsets[n] * sizeof(SplitRecord));
   }
   return ctx.transport.start_allgatherv(lay.node_comm, op.staging.data, std::move(bytes),
                                         std::move(displs));

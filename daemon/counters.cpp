@@ -93,7 +93,9 @@ void CountersPublisher::open(const DaemonConfig& config, const Transport& transp
            name, owner);
     return;
   }
-  if (const std::string error = shm_.create(name, sizeof(proto::CountersSegment)); !error.empty()) {
+  if (const std::string error =
+          shm_.create(name, sizeof(proto::CountersSegment), reader_group_id(config.admin_group));
+      !error.empty()) {
     NC_LOG(kWarn, "no counters segment (nodecommctl will not see this daemon): {}", error);
     return;
   }

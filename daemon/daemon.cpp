@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,11 +21,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "admin.hpp"
 #include "log.hpp"
 #include "memory_budget.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
+#include "nodecomm/ipc/printable.hpp"
+#include "nodecomm/ipc/private_dir.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "notify.hpp"
@@ -60,14 +64,26 @@ Daemon::~Daemon() {
 void Daemon::start() {
   runtime_dir_ = config_.runtime_dir.empty() ? ipc::instance_runtime_dir(config_.instance)
                                              : config_.runtime_dir;
-  ipc::make_directories(runtime_dir_, 0755);
+  // 0711, owned by this uid, checked before use (ipc/private_dir.hpp says why not 0700): nobody
+  // else can plant or swap a file in it. Each file below is still opened without following a
+  // symbolic link, and one found at its path is refused.
+  ipc::prepare_private_dir(runtime_dir_);
   const std::string lock_path = runtime_dir_ + "/nodecommd.lock";
-  lock_fd_ = ipc::Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  ipc::refuse_symlink(lock_path, "lock file");
+  // No O_EXCL: a crashed daemon's lock file stays, and flock (not the file's existence) is
+  // the lock. 0600: nobody else needs it, and nobody else may take the lock.
+  lock_fd_ = ipc::Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock_fd_.valid() && errno == ELOOP) ipc::refuse_symlink(lock_path, "lock file");
   if (!lock_fd_.valid() || ::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     throw std::runtime_error(fmt::format("instance '{}' is already running (lock {} is held: {})",
                                          config_.instance, lock_path, std::strerror(errno)));
   }
   socket_path_ = ipc::socket_path(runtime_dir_);
+  ready_path_ = ipc::ready_path(runtime_dir_);
+  const std::string tmp = ready_path_ + ".tmp";
+  ipc::refuse_symlink(socket_path_, "socket");
+  ipc::refuse_symlink(ready_path_, "ready file");
+  ipc::refuse_symlink(tmp, "ready file");
   // 0666: any local user may connect; who may join a job is decided per connection from
   // SO_PEERCRED, not by the file mode.
   listen_fd_ = ipc::listen_unix(socket_path_, 0666);
@@ -80,18 +96,22 @@ void Daemon::start() {
     throw std::runtime_error(fmt::format("epoll: {}", std::strerror(errno)));
   }
 
-  ready_path_ = ipc::ready_path(runtime_dir_);
   const nlohmann::json ready = {{"pid", ::getpid()},
                                 {"node", transport_.node_index()},
                                 {"nodes", transport_.node_count()},
                                 {"socket", socket_path_},
                                 {"instance", config_.instance},
                                 {"transport", transport_.name()}};
-  const std::string tmp = ready_path_ + ".tmp";
+  // A new file (O_EXCL, O_NOFOLLOW) renamed over the old one: readers never see half of it,
+  // and rename replaces whatever is at the path instead of writing through it.
+  ::unlink(tmp.c_str());  // a crashed daemon's; the lock we hold says no live one writes it
   {
-    std::ofstream out(tmp);
-    out << ready.dump() << "\n";
-    if (!out) throw std::runtime_error(fmt::format("cannot write {}", tmp));
+    ipc::Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    const std::string text = ready.dump() + "\n";
+    if (!out.valid() || ::fchmod(out.get(), 0644) != 0 ||
+        ::write(out.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    }
   }
   if (::rename(tmp.c_str(), ready_path_.c_str()) != 0) {
     throw std::runtime_error(fmt::format("rename {}: {}", ready_path_, std::strerror(errno)));
@@ -280,8 +300,8 @@ std::string Daemon::status_line() {
   size_t in_flight = 0;
   for (auto& [id, comm] : job_->comms) in_flight += comm->ops().size();
   return fmt::format("job '{}' {}: {} client(s), {}/{} local ranks, {} ops posted, {} in flight",
-                     job_->name, kStates[static_cast<int>(job_->state)], clients_.size(),
-                     job_->attached, job_->local_size, ops, in_flight);
+                     ipc::printable(job_->name), kStates[static_cast<int>(job_->state)],
+                     clients_.size(), job_->attached, job_->local_size, ops, in_flight);
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
@@ -378,27 +398,22 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   proto::HelloReply reply{};
   reply.type = static_cast<uint32_t>(proto::ControlType::kHelloReply);
   reply.status = static_cast<int32_t>(status);
-  ipc::copy_text(reply.message, text);
+  // The text may quote another user's job name, which then reaches this user's terminal.
+  ipc::copy_text(reply.message, ipc::printable(text));
   ipc::send_message(client.fd(), &reply, sizeof(reply));
   NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
   drop(client, "refused at attach");
 }
 
-bool Daemon::may_join_others(const ipc::PeerCredentials& cred) const {
+bool Daemon::may_join_others(const ClientSession& client) const {
+  const ipc::PeerCredentials& cred = client.cred();
   for (const std::string& entry : config_.allow_uids) {
     const passwd* user = ::getpwnam(entry.c_str());
     const std::string number = std::to_string(cred.uid);
     if (entry == number || (user != nullptr && user->pw_uid == cred.uid)) return true;
   }
   if (config_.allow_groups.empty()) return false;
-  // The peer's groups: its primary gid from SO_PEERCRED, and its supplementary groups.
-  std::vector<gid_t> groups{cred.gid};
-  std::ifstream status(fmt::format("/proc/{}/status", cred.pid));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Groups:", 0) != 0) continue;
-    std::istringstream ids(line.substr(7));
-    for (gid_t g = 0; ids >> g;) groups.push_back(g);
-  }
+  const std::vector<gid_t> groups = peer_groups(client.fd(), cred);
   for (const std::string& entry : config_.allow_groups) {
     const group* named = ::getgrnam(entry.c_str());
     for (const gid_t g : groups) {
@@ -440,11 +455,11 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                          "{} (--max-arena)",
                                          arena, config_.max_arena_bytes));
   }
-  if (!job_) {
-    job_ = std::make_unique<Job>(job_name, hello.local_size);
-    Log::get().set_job(job_name);
-  }
-  Job& job = *job_;
+  // A hello that would start a job checks against a job of its own, adopted only once the
+  // rank is admitted: a refused hello leaves no job behind to hold the daemon.
+  std::unique_ptr<Job> fresh;
+  if (!job_) fresh = std::make_unique<Job>(job_name, hello.local_size);
+  Job& job = job_ ? *job_ : *fresh;
   if (job.name != job_name) {
     return reply_hello_error(client, Status::kInvalidArgument,
                              fmt::format("this daemon is serving job '{}'; job '{}' must wait "
@@ -463,15 +478,13 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                     "{} says {}",
                     job_name, job.local_size, hello.local_rank, hello.local_size));
   }
-  if (hello.local_rank == 0) job.requested = hello.tuning;
   if (ClientSession* other = job.members[hello.local_rank]; other != nullptr) {
     return reply_hello_error(client, Status::kInvalidArgument,
                              fmt::format("local rank {} of job '{}' is already attached by pid {}",
                                          hello.local_rank, job_name, other->cred().pid));
   }
   for (ClientSession* other : job.members) {
-    if (other != nullptr && other->cred().uid != client.cred().uid &&
-        !may_join_others(client.cred())) {
+    if (other != nullptr && other->cred().uid != client.cred().uid && !may_join_others(client)) {
       return reply_hello_error(
           client, Status::kPermission,
           fmt::format("job '{}' belongs to uid {}; uid {} may not join it (nodecommd "
@@ -510,6 +523,12 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     return reply_hello_error(client, e.no_memory() ? Status::kNoMemory : Status::kInternal,
                              e.what());
   }
+  if (fresh) {
+    job_ = std::move(fresh);
+    Log::get().set_job(job_name);
+  }
+  // The first rank's settings count only once that rank is admitted.
+  if (hello.local_rank == 0) job.requested = hello.tuning;
   client.job = &job;
   client.local_rank = hello.local_rank;
   job.members[hello.local_rank] = &client;

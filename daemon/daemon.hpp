@@ -51,7 +51,7 @@ class Daemon {
  private:
   size_t do_work();
   // --allow-uids / --allow-groups: may this peer join a job that another uid started?
-  bool may_join_others(const ipc::PeerCredentials& cred) const;
+  bool may_join_others(const ClientSession& client) const;
   // Failure notices to and from the other daemons of the job.
   size_t exchange_notices(Job& job);
   size_t service_sockets(int timeout_ms);

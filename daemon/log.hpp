@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "nodecomm/ipc/printable.hpp"
+
 namespace nodecomm::daemon {
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
@@ -23,8 +25,9 @@ class Log {
   }
   void set_level(LogLevel level) { level_ = level; }
   void set_context(std::string context) { context_ = std::move(context); }
-  // The job being served, empty when none: shown in every line's prefix.
-  void set_job(std::string job) { job_ = std::move(job); }
+  // The job being served, empty when none: shown in every line's prefix (its name is the
+  // client's choice, so printable: no escape sequences or newlines reach the log).
+  void set_job(const std::string& job) { job_ = ipc::printable(job); }
   void set_journal(bool journal) { journal_ = journal; }
   bool journal() const { return journal_; }
   bool enabled(LogLevel level) const { return level <= level_; }
@@ -35,14 +38,10 @@ class Log {
     static constexpr const char* kNames[] = {"error", "warn", "info", "debug"};
     static constexpr const char* kPriorities[] = {"<3>", "<4>", "<6>", "<7>"};
     const int index = static_cast<int>(level);
-    std::string text = fmt::format(format, std::forward<Args>(args)...);
-    if (journal_) {
-      // journald reads each line on its own: continuation lines get the priority too.
-      for (size_t pos = text.find('\n'); pos != std::string::npos; pos = text.find('\n', pos)) {
-        text.insert(pos + 1, kPriorities[index]);
-        pos += 1;
-      }
-    }
+    // Messages quote names that clients chose (jobs, tensors): every one is made printable
+    // here, at the one place all lines pass, so a name cannot forge a line or drive the
+    // terminal. No message is multi-line by design.
+    std::string text = ipc::printable(fmt::format(format, std::forward<Args>(args)...));
     const std::string line =
         fmt::format("{}nodecommd[{}{}{}] {}: {}\n", journal_ ? kPriorities[index] : "", context_,
                     job_.empty() ? "" : " job ", job_, kNames[index], text);

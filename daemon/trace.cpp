@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,16 +17,36 @@
 
 namespace nodecomm::daemon {
 
-std::string OwnedShm::create(const std::string& name, size_t bytes) {
+int reader_group_id(const std::string& group) {
+  if (group.empty()) return -1;
+  if (group.find_first_not_of("0123456789") == std::string::npos && group.size() < 10) {
+    return std::stoi(group);
+  }
+  const struct group* named = ::getgrnam(group.c_str());
+  return named != nullptr ? static_cast<int>(named->gr_gid) : -1;
+}
+
+std::string OwnedShm::create(const std::string& name, size_t bytes, int reader_gid) {
   reset();
+  // /dev/shm is writable by everyone: a symbolic link planted at the name is refused (and
+  // shm_open's O_NOFOLLOW and O_EXCL below would not follow it either).
+  struct stat st {};
+  if (::lstat(("/dev/shm" + name).c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return fmt::format(
+        "refusing /dev/shm{}: it is a symbolic link, which nodecommd never follows (someone "
+        "planted it); remove it",
+        name);
+  }
   // A stale object of this name is an earlier daemon's of the same instance (which held the
   // instance lock we hold now) or our own previous trace: replace it.
   ::shm_unlink(name.c_str());
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fmt::format("shm_open {}: {}", name, std::strerror(errno));
-  // 0644 whatever the umask: readers are other users (monitoring, nodecommctl as non-root).
+  // Group-readable only when the group could be given to it (root, or CAP_CHOWN).
+  const bool group_reads =
+      reader_gid >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(reader_gid)) == 0;
   std::string error;
-  if (::fchmod(fd, 0644) != 0) {
+  if (::fchmod(fd, group_reads ? 0640 : 0600) != 0) {
     error = fmt::format("fchmod {}: {}", name, std::strerror(errno));
   } else if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     error = fmt::format("ftruncate {} to {} bytes: {}", name, bytes, std::strerror(errno));
@@ -55,7 +76,7 @@ void OwnedShm::reset() {
 }
 
 std::string TraceRecorder::start(const std::string& shm_name, const std::string& instance,
-                                 uint32_t node_index, uint64_t capacity) {
+                                 uint32_t node_index, uint64_t capacity, int reader_gid) {
   if (recording()) {
     return fmt::format("a trace is already being recorded ({} events so far); stop it first",
                        count_);
@@ -64,7 +85,7 @@ std::string TraceRecorder::start(const std::string& shm_name, const std::string&
   header_ = nullptr;
   events_ = nullptr;
   const size_t bytes = sizeof(proto::TraceHeader) + capacity * sizeof(proto::TraceEvent);
-  if (std::string error = shm_.create(shm_name, bytes); !error.empty()) return error;
+  if (std::string error = shm_.create(shm_name, bytes, reader_gid); !error.empty()) return error;
   header_ = static_cast<proto::TraceHeader*>(shm_.data());
   events_ = reinterpret_cast<proto::TraceEvent*>(header_ + 1);
   capacity_ = capacity;

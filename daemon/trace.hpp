@@ -23,6 +23,10 @@ inline uint64_t realtime_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// The gid of `group` (a name or a number), -1 when it is empty or names no group: the group
+// that may read the counters segment and traces besides root and the daemon's uid.
+int reader_group_id(const std::string& group);
+
 // A POSIX shared-memory object this process created and maps read-write; unlinked and
 // unmapped when destroyed or reset.
 class OwnedShm {
@@ -31,9 +35,11 @@ class OwnedShm {
   ~OwnedShm() { reset(); }
   OwnedShm(const OwnedShm&) = delete;
   OwnedShm& operator=(const OwnedShm&) = delete;
-  // Creates `name` with mode 0644 whatever the umask, replacing a stale object of the same
-  // name. Returns an error text, empty on success.
-  std::string create(const std::string& name, size_t bytes);
+  // Creates `name` (never through a symbolic link), replacing a stale object of the same name.
+  // Mode 0600, or 0640 with group `reader_gid` when that is not negative, whatever the umask:
+  // counters and traces name other users' jobs and tensors, so only the daemon's uid, root and
+  // the admin group read them. Returns an error text, empty on success.
+  std::string create(const std::string& name, size_t bytes, int reader_gid);
   void reset();
   void* data() const { return data_; }
   const std::string& name() const { return name_; }
@@ -52,7 +58,7 @@ class TraceRecorder {
   // Starts a new trace of at most `capacity` events in `shm_name` (a previous, stopped trace
   // there is replaced). Returns an error text, empty on success.
   std::string start(const std::string& shm_name, const std::string& instance, uint32_t node_index,
-                    uint64_t capacity);
+                    uint64_t capacity, int reader_gid);
   // Stops recording; the buffer stays readable until the next start or the daemon's exit.
   void stop();
   bool recording() const { return header_ != nullptr && recording_; }

@@ -52,34 +52,38 @@ class Transport {
                                        proto::DType dtype, proto::RedOp op, uint32_t root_node) = 0;
   // Reduces buffer (sum of node_counts elements) across nodes; node n ends up with its
   // node_counts[n] elements of the result at the start of `buffer`.
+  //
+  // Counts, byte counts and displacements are size_t everywhere in this interface: MPI's are
+  // int, and a transport carries larger ones itself (chunked_transfers.hpp), never truncated.
   virtual TransportHandle start_reduce_scatter(NodeComm comm, void* buffer,
-                                               std::vector<int> node_counts, proto::DType dtype,
+                                               std::vector<size_t> node_counts, proto::DType dtype,
                                                proto::RedOp op) = 0;
   // Copies `bytes` of `buffer` on root_node to `buffer` on every node.
   virtual TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes,
                                           uint32_t root_node) = 0;
   // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach every node's `buffer`.
-  virtual TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                           std::vector<int> displs) = 0;
+  virtual TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                           std::vector<size_t> displs) = 0;
   // Node n's bytes [displs[n], +bytes[n]) of `buffer` reach root_node's `buffer`.
-  virtual TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                        std::vector<int> displs, uint32_t root_node) = 0;
+  virtual TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                        std::vector<size_t> displs, uint32_t root_node) = 0;
   // root_node's bytes [displs[n], +bytes[n]) of `buffer` reach node n's `buffer` there.
-  virtual TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                         std::vector<int> displs, uint32_t root_node) = 0;
+  virtual TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                         std::vector<size_t> displs, uint32_t root_node) = 0;
   // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
   // [rdispls[me], +rbytes[me]).
-  virtual TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<int> sbytes,
-                                          std::vector<int> sdispls, void* recv,
-                                          std::vector<int> rbytes, std::vector<int> rdispls) = 0;
+  virtual TransportHandle start_alltoallv(NodeComm comm, const void* send,
+                                          std::vector<size_t> sbytes, std::vector<size_t> sdispls,
+                                          void* recv, std::vector<size_t> rbytes,
+                                          std::vector<size_t> rdispls) = 0;
   virtual TransportHandle start_barrier(NodeComm comm) = 0;
   // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: a small
   // allgather with the least latency the transport has (the scheduler's rounds).
   virtual TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes) {
     const uint32_t n = comm_size(comm);
-    std::vector<int> sizes(n, static_cast<int>(bytes));
-    std::vector<int> displs(n);
-    for (uint32_t i = 0; i < n; ++i) displs[i] = static_cast<int>(i * bytes);
+    std::vector<size_t> sizes(n, bytes);
+    std::vector<size_t> displs(n);
+    for (uint32_t i = 0; i < n; ++i) displs[i] = i * bytes;
     return start_allgatherv(comm, records, std::move(sizes), std::move(displs));
   }
   // Called once per engine pass before any test(): work shared by every handle (polling

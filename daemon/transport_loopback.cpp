@@ -24,28 +24,29 @@ class LoopbackTransport final : public Transport {
                                uint32_t) override {
     return next_++;
   }
-  TransportHandle start_reduce_scatter(NodeComm, void*, std::vector<int>, proto::DType,
+  TransportHandle start_reduce_scatter(NodeComm, void*, std::vector<size_t>, proto::DType,
                                        proto::RedOp) override {
     return next_++;
   }
   TransportHandle start_broadcast(NodeComm, void*, size_t, uint32_t) override { return next_++; }
-  TransportHandle start_allgatherv(NodeComm, void*, std::vector<int>, std::vector<int>) override {
+  TransportHandle start_allgatherv(NodeComm, void*, std::vector<size_t>,
+                                   std::vector<size_t>) override {
     return next_++;
   }
-  TransportHandle start_gatherv(NodeComm, void*, std::vector<int>, std::vector<int>,
+  TransportHandle start_gatherv(NodeComm, void*, std::vector<size_t>, std::vector<size_t>,
                                 uint32_t) override {
     return next_++;
   }
-  TransportHandle start_scatterv(NodeComm, void*, std::vector<int>, std::vector<int>,
+  TransportHandle start_scatterv(NodeComm, void*, std::vector<size_t>, std::vector<size_t>,
                                  uint32_t) override {
     return next_++;
   }
-  TransportHandle start_alltoallv(NodeComm, const void* send, std::vector<int> sbytes,
-                                  std::vector<int> sdispls, void* recv, std::vector<int>,
-                                  std::vector<int> rdispls) override {
+  TransportHandle start_alltoallv(NodeComm, const void* send, std::vector<size_t> sbytes,
+                                  std::vector<size_t> sdispls, void* recv, std::vector<size_t>,
+                                  std::vector<size_t> rdispls) override {
     if (send != recv) {
       std::memcpy(static_cast<char*>(recv) + rdispls[0],
-                  static_cast<const char*>(send) + sdispls[0], static_cast<size_t>(sbytes[0]));
+                  static_cast<const char*>(send) + sdispls[0], sbytes[0]);
     }
     return next_++;
   }

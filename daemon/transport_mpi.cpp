@@ -7,15 +7,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "allreduce_algorithms.hpp"
-#include "p2p.hpp"
+#include "chunked_transfers.hpp"
 #include "nodecomm/ipc/clock.hpp"
+#include "p2p.hpp"
 #include "transport.hpp"
 #include "transport_mpi_liveness.hpp"
 
@@ -243,6 +248,14 @@ class MpiTransport final : public Transport {
     // the next summary exchange before or after the previous transfer. Their tags come from
     // separate halves of the tag space so that one stream's messages never match the other's.
     tag_windows_ = std::max(1, (max_tag_ / kTagsPerOperation) / 2);
+    // Test hook: a lower limit drives the large-count paths below with small payloads. Every
+    // daemon of a job must see the same value (the launcher passes its environment on), since
+    // both sides of a transfer cut it into messages alike.
+    if (const char* v = std::getenv("NODECOMM_TEST_MPI_MAX_COUNT"); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v, &end, 10);
+      if (*end == '\0' && n >= 1 && n < max_count_) max_count_ = static_cast<size_t>(n);
+    }
     requests_p2p_ = std::make_unique<RequestTable>(rank_);
     add_group(kAllNodes, MPI_COMM_WORLD, duplicate_lanes(MPI_COMM_WORLD, lanes_, &rank_));
     // Its own communicator, so notices never match an operation's messages.
@@ -337,7 +350,12 @@ class MpiTransport final : public Transport {
         job->thread.detach();
       }
     }
-    for (auto& [handle, pending] : requests_) MPI_Request_free(&pending.request);
+    for (auto& [handle, pending] : requests_) {
+      if (pending.request != MPI_REQUEST_NULL) MPI_Request_free(&pending.request);
+      for (MPI_Request& more : pending.more) {
+        if (more != MPI_REQUEST_NULL) MPI_Request_free(&more);
+      }
+    }
     algorithms_.clear();
     requests_p2p_.reset();
     for (auto& [id, group] : groups_) free_lanes_and_comm(id, group);
@@ -360,9 +378,15 @@ class MpiTransport final : public Transport {
     const int tag_base = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
     std::unique_ptr<AllreduceAlgorithm> algorithm;
     // Compressed data goes around the ring, the only algorithm that re-encodes per step.
-    const AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
-                                            ? AllreduceAlgorithmKind::kRing
-                                            : choose_allreduce(tuning_, bytes, group.net->size());
+    AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
+                                      ? AllreduceAlgorithmKind::kRing
+                                      : choose_allreduce(tuning_, bytes, group.net->size());
+    // Recursive doubling sends the whole buffer as one message and MPI_Iallreduce takes an int
+    // count: beyond that the ring, whose slices stay far below it, carries the operation.
+    if ((kind == AllreduceAlgorithmKind::kRecursiveDoubling && bytes > max_count_) ||
+        (kind == AllreduceAlgorithmKind::kMpi && count > max_count_)) {
+      kind = AllreduceAlgorithmKind::kRing;
+    }
     switch (kind) {
       case AllreduceAlgorithmKind::kRecursiveDoubling:
         algorithm = make_recursive_doubling_allreduce(*group.net, tag_base, spec, hooks);
@@ -391,30 +415,62 @@ class MpiTransport final : public Transport {
     return handle;
   }
 
+  // Reductions whose counts do not fit MPI's int go as several MPI_Ireduce calls of at most
+  // max_count_ elements each (nonblocking collectives on one communicator match in start
+  // order on every daemon); the rest go as they always did. Every daemon must take the same
+  // path for an operation: each choice below depends only on sizes all of them know alike.
   TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                proto::RedOp op, uint32_t root_node) override {
     Pending p;
-    const int me = rank_in(comm);
-    const bool root = static_cast<int>(root_node) == me;
-    check(MPI_Ireduce(root ? MPI_IN_PLACE : buffer, root ? buffer : nullptr, checked_count(count),
-                      to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), handle_of(comm),
-                      &p.request),
-          "MPI_Ireduce");
+    post_reduce(p, comm, static_cast<uint8_t*>(buffer), count, dtype, op, root_node);
     return remember(std::move(p));
   }
 
-  TransportHandle start_reduce_scatter(NodeComm comm, void* buffer, std::vector<int> node_counts,
+  TransportHandle start_reduce_scatter(NodeComm comm, void* buffer, std::vector<size_t> node_counts,
                                        proto::DType dtype, proto::RedOp op) override {
     Pending p;
-    p.a = std::move(node_counts);
-    check(MPI_Ireduce_scatter(MPI_IN_PLACE, buffer, p.a.data(), to_mpi(dtype), to_mpi(op),
-                              handle_of(comm), &p.request),
-          "MPI_Ireduce_scatter");
+    if (fit(node_counts)) {
+      p.a = to_int(node_counts);
+      check(MPI_Ireduce_scatter(MPI_IN_PLACE, buffer, p.a.data(), to_mpi(dtype), to_mpi(op),
+                                handle_of(comm), &p.request),
+            "MPI_Ireduce_scatter");
+      return remember(std::move(p));
+    }
+    // One reduction per node to that node, then this node's run moves to the start.
+    auto* base = static_cast<uint8_t*>(buffer);
+    const size_t elem = proto::dtype_size(dtype);
+    const uint32_t me = comm_rank(comm);
+    size_t offset = 0;
+    size_t mine = 0;
+    for (uint32_t n = 0; n < node_counts.size(); ++n) {
+      if (n == me) mine = offset;
+      post_reduce(p, comm, base + offset * elem, node_counts[n], dtype, op, n);
+      offset += node_counts[n];
+    }
+    const size_t bytes = node_counts[me] * elem;
+    p.finish = [base, mine, bytes, elem] {
+      if (mine != 0 && bytes > 0) std::memmove(base, base + mine * elem, bytes);
+    };
     return remember(std::move(p));
   }
 
   TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes,
                                   uint32_t root_node) override {
+    if (bytes > max_count_) {
+      // The root sends the whole block to every node.
+      const uint32_t me = comm_rank(comm);
+      std::vector<Transfer> sends;
+      std::vector<Transfer> recvs;
+      auto* data = static_cast<uint8_t*>(buffer);
+      if (me == root_node) {
+        for (uint32_t n = 0; n < comm_size(comm); ++n) {
+          if (n != me) sends.push_back({n, data, bytes});
+        }
+      } else {
+        recvs.push_back({root_node, data, bytes});
+      }
+      return start_chunked(comm, std::move(sends), std::move(recvs));
+    }
     Pending p;
     check(MPI_Ibcast(buffer, checked_count(bytes), MPI_BYTE, static_cast<int>(root_node),
                      handle_of(comm), &p.request),
@@ -422,25 +478,51 @@ class MpiTransport final : public Transport {
     return remember(std::move(p));
   }
 
-  TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                   std::vector<int> displs) override {
+  TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                   std::vector<size_t> displs) override {
+    if (!fit(bytes) || !fit(displs)) {
+      // Every node's block to every other node.
+      const uint32_t me = comm_rank(comm);
+      auto* base = static_cast<uint8_t*>(buffer);
+      std::vector<Transfer> sends;
+      std::vector<Transfer> recvs;
+      for (uint32_t n = 0; n < bytes.size(); ++n) {
+        if (n == me) continue;
+        sends.push_back({n, base + displs[me], bytes[me]});
+        recvs.push_back({n, base + displs[n], bytes[n]});
+      }
+      return start_chunked(comm, std::move(sends), std::move(recvs));
+    }
     Pending p;
-    p.a = std::move(bytes);
-    p.b = std::move(displs);
+    p.a = to_int(bytes);
+    p.b = to_int(displs);
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer, p.a.data(), p.b.data(),
                           MPI_BYTE, handle_of(comm), &p.request),
           "MPI_Iallgatherv");
     return remember(std::move(p));
   }
 
-  TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                std::vector<int> displs, uint32_t root_node) override {
+  TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                std::vector<size_t> displs, uint32_t root_node) override {
+    const uint32_t me = comm_rank(comm);
+    const bool root = root_node == me;
+    auto* base = static_cast<uint8_t*>(buffer);
+    if (!fit(bytes) || !fit(displs)) {
+      std::vector<Transfer> sends;
+      std::vector<Transfer> recvs;
+      if (root) {
+        for (uint32_t n = 0; n < bytes.size(); ++n) {
+          if (n != me) recvs.push_back({n, base + displs[n], bytes[n]});
+        }
+      } else {
+        sends.push_back({root_node, base + displs[me], bytes[me]});
+      }
+      return start_chunked(comm, std::move(sends), std::move(recvs));
+    }
     Pending p;
-    p.a = std::move(bytes);
-    p.b = std::move(displs);
-    const int me = rank_in(comm);
-    const bool root = static_cast<int>(root_node) == me;
-    char* mine = static_cast<char*>(buffer) + p.b[me];
+    p.a = to_int(bytes);
+    p.b = to_int(displs);
+    uint8_t* mine = base + displs[me];
     check(
         MPI_Igatherv(root ? MPI_IN_PLACE : mine, p.a[me], MPI_BYTE, buffer, p.a.data(), p.b.data(),
                      MPI_BYTE, static_cast<int>(root_node), handle_of(comm), &p.request),
@@ -448,14 +530,27 @@ class MpiTransport final : public Transport {
     return remember(std::move(p));
   }
 
-  TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<int> bytes,
-                                 std::vector<int> displs, uint32_t root_node) override {
+  TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                 std::vector<size_t> displs, uint32_t root_node) override {
+    const uint32_t me = comm_rank(comm);
+    const bool root = root_node == me;
+    auto* base = static_cast<uint8_t*>(buffer);
+    if (!fit(bytes) || !fit(displs)) {
+      std::vector<Transfer> sends;
+      std::vector<Transfer> recvs;
+      if (root) {
+        for (uint32_t n = 0; n < bytes.size(); ++n) {
+          if (n != me) sends.push_back({n, base + displs[n], bytes[n]});
+        }
+      } else {
+        recvs.push_back({root_node, base + displs[me], bytes[me]});
+      }
+      return start_chunked(comm, std::move(sends), std::move(recvs));
+    }
     Pending p;
-    p.a = std::move(bytes);
-    p.b = std::move(displs);
-    const int me = rank_in(comm);
-    const bool root = static_cast<int>(root_node) == me;
-    char* mine = static_cast<char*>(buffer) + p.b[me];
+    p.a = to_int(bytes);
+    p.b = to_int(displs);
+    uint8_t* mine = base + displs[me];
     check(
         MPI_Iscatterv(buffer, p.a.data(), p.b.data(), MPI_BYTE, root ? MPI_IN_PLACE : mine, p.a[me],
                       MPI_BYTE, static_cast<int>(root_node), handle_of(comm), &p.request),
@@ -463,18 +558,24 @@ class MpiTransport final : public Transport {
     return remember(std::move(p));
   }
 
-  TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<int> sbytes,
-                                  std::vector<int> sdispls, void* recv, std::vector<int> rbytes,
-                                  std::vector<int> rdispls) override {
-    Pending p;
-    p.a = std::move(sbytes);
-    p.b = std::move(sdispls);
-    p.c = std::move(rbytes);
-    p.d = std::move(rdispls);
-    check(MPI_Ialltoallv(send, p.a.data(), p.b.data(), MPI_BYTE, recv, p.c.data(), p.d.data(),
-                         MPI_BYTE, handle_of(comm), &p.request),
-          "MPI_Ialltoallv");
-    return remember(std::move(p));
+  // Always point-to-point (chunked_transfers.hpp), never MPI_Ialltoallv: a node's send and
+  // receive sizes are its own, so whether they fit an int is not something every daemon
+  // could decide alike, and an MPI collective on some daemons facing point-to-point messages
+  // on others would never match. Open MPI's alltoallv is pairwise messages too.
+  TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,
+                                  std::vector<size_t> sdispls, void* recv,
+                                  std::vector<size_t> rbytes,
+                                  std::vector<size_t> rdispls) override {
+    // The send buffer is only read (Transfer's data is not const for the receives' sake).
+    auto* out = const_cast<uint8_t*>(static_cast<const uint8_t*>(send));
+    auto* in = static_cast<uint8_t*>(recv);
+    std::vector<Transfer> sends;
+    std::vector<Transfer> recvs;
+    for (uint32_t n = 0; n < sbytes.size(); ++n) {
+      sends.push_back({n, out + sdispls[n], sbytes[n]});
+      recvs.push_back({n, in + rdispls[n], rbytes[n]});
+    }
+    return start_chunked(comm, std::move(sends), std::move(recvs));
   }
 
   TransportHandle start_barrier(NodeComm comm) override {
@@ -523,6 +624,12 @@ class MpiTransport final : public Transport {
     int done = 0;
     check(MPI_Test(&it->second.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
     if (done == 0) return false;
+    // MPI_Test on a request that already completed (now MPI_REQUEST_NULL) reports it done.
+    for (MPI_Request& more : it->second.more) {
+      check(MPI_Test(&more, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done == 0) return false;
+    }
+    if (it->second.finish) it->second.finish();
     requests_.erase(it);
     return true;
   }
@@ -672,8 +779,54 @@ class MpiTransport final : public Transport {
 
   struct Pending {
     MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<int> a, b, c, d;
+    std::vector<MPI_Request> more;  // the other calls of an operation cut into several
+    std::vector<int> a, b;
+    std::function<void()> finish;  // runs once every request has completed
   };
+
+  // True when every value fits one MPI call's int count (or the test hook's lower limit).
+  bool fit(const std::vector<size_t>& values) const {
+    return std::all_of(values.begin(), values.end(), [this](size_t v) { return v <= max_count_; });
+  }
+  static std::vector<int> to_int(const std::vector<size_t>& values) {
+    std::vector<int> out;
+    out.reserve(values.size());
+    for (const size_t v : values) out.push_back(checked_count(v));
+    return out;
+  }
+  // MPI_Ireduce of `count` elements at `data` to root_node, as several calls of at most
+  // max_count_ elements when it is larger: the first is p.request, the others p.more.
+  void post_reduce(Pending& p, NodeComm comm, uint8_t* data, size_t count, proto::DType dtype,
+                   proto::RedOp op, uint32_t root_node) {
+    const bool root = root_node == comm_rank(comm);
+    const size_t elem = proto::dtype_size(dtype);
+    const size_t calls = std::max<size_t>(message_count(count, max_count_), 1);
+    for (size_t i = 0; i < calls; ++i) {
+      uint8_t* at = data + i * max_count_ * elem;
+      const size_t n = message_bytes(count, max_count_, i);
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(
+          MPI_Ireduce(root ? MPI_IN_PLACE : at, root ? at : nullptr, checked_count(n),
+                      to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), handle_of(comm), &r),
+          "MPI_Ireduce");
+      if (i == 0) {
+        p.request = r;
+      } else {
+        p.more.push_back(r);
+      }
+    }
+  }
+  // Point-to-point transfers of any size on the group's lanes (chunked_transfers.hpp), with a
+  // tag window of their own like every other point-to-point operation.
+  TransportHandle start_chunked(NodeComm comm, std::vector<Transfer> sends,
+                                std::vector<Transfer> recvs) {
+    Group& group = group_of(comm);
+    const int tag = static_cast<int>(group.started++ % tag_windows_) * kTagsPerOperation;
+    const TransportHandle handle = next_++;
+    algorithms_.emplace(handle, make_chunked_transfers(*group.net, tag, std::move(sends),
+                                                       std::move(recvs), max_count_));
+    return handle;
+  }
 
   TransportHandle remember(Pending pending) {
     const TransportHandle handle = next_++;
@@ -694,6 +847,8 @@ class MpiTransport final : public Transport {
   }
 
   uint32_t rank_ = 0;
+  // The largest count one MPI call takes: int (NODECOMM_TEST_MPI_MAX_COUNT may lower it).
+  size_t max_count_ = static_cast<size_t>(INT_MAX);
   NodeComm next_comm_ = 1;
   uint32_t lanes_ = 1;
   int max_tag_ = 32767;

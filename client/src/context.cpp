@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
 #include "nodecomm/ipc/idle.hpp"
@@ -207,6 +208,11 @@ Result Context::attach(const Settings& s) {
                               path, s.connect_timeout_sec, error));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Nothing goes to a listener that is not the daemon's uid (ipc/daemon_identity.hpp).
+  if (std::string refusal = ipc::check_daemon_peer(socket_.get(), path); !refusal.empty()) {
+    socket_.reset();
+    return fail(NC_ERR_PERMISSION, refusal);
   }
 
   proto::Hello hello{};

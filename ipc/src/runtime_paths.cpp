@@ -34,17 +34,6 @@ std::string ready_path(const std::string& runtime_dir) {
   return runtime_dir + "/" + kReadyFileName;
 }
 
-void make_directories(const std::string& dir, unsigned leaf_mode) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string part = dir.substr(0, pos);
-    const bool leaf = pos == dir.size();
-    if (::mkdir(part.c_str(), leaf ? leaf_mode : 0755) != 0 && errno != EEXIST) {
-      throw std::runtime_error(fmt::format("mkdir {}: {}", part, std::strerror(errno)));
-    }
-  }
-}
-
 std::string segment_prefix(const std::string& instance) {
   // One path component, no slashes: instance names may contain them only via runtime dirs.
   std::string clean;

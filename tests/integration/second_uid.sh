@@ -7,7 +7,7 @@
 #  2. tries to join a job that root's ranks started: refused with NC_ERR_PERMISSION and
 #     "job 'J' belongs to uid 0; uid N may not join it" (runuser), after which root's job
 #     forms and completes with exact results, and the daemon is still running.
-# It also checks the documented modes: runtime directory 0755, socket 0666, lock file 0644.
+# It also checks the documented modes: runtime directory 0711, socket 0666, lock file 0600.
 #   second_uid.sh BIN_DIR
 # Exit status 77 (CTest skip) when not root or when useradd, runuser or setpriv is missing.
 set -euo pipefail
@@ -54,11 +54,11 @@ instance="uidtest.$$"
 start_standalone_daemon "$rt" "$instance" --log-level debug
 
 # The runtime directory and socket permissions documented in docs/TROUBLESHOOTING.md.
-[ "$(stat -c %a "$rt")" = 755 ] || fail "runtime dir $rt is mode $(stat -c %a "$rt"), not 755"
+[ "$(stat -c %a "$rt")" = 711 ] || fail "runtime dir $rt is mode $(stat -c %a "$rt"), not 711"
 [ "$(stat -c '%a %F' "$rt/nodecommd.sock")" = "666 socket" ] ||
   fail "socket is $(stat -c '%a %F' "$rt/nodecommd.sock"), not a 666 socket"
-[ "$(stat -c %a "$rt/nodecommd.lock")" = 644 ] || fail "lock file is not 644"
-echo "second_uid: runtime dir 0755, socket 0666, lock 0644 (owner $(stat -c %U "$rt"))"
+[ "$(stat -c %a "$rt/nodecommd.lock")" = 600 ] || fail "lock file is not 600"
+echo "second_uid: runtime dir 0711, socket 0666, lock 0600 (owner $(stat -c %U "$rt"))"
 
 client_env=(env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_TIMEOUT_SEC=20)
 run_timeout() { timeout --kill-after=5 30 "$@"; }

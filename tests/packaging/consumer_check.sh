@@ -62,7 +62,10 @@ elif [ -x "$T/cmake/consumer_c" ]; then
   owner=$(stat -c %U "$T/run/svc/nodecommd.sock" 2>/dev/null)
   [ "$owner" = nobody ] && pass "the daemon runs as nobody" || fail "daemon socket owner '$owner': $(cat "$T/svc.log")"
   pids=()
+  # The clients accept a daemon of root, their own uid or the user nodecomm by default; this
+  # one stands in for the service user as nobody (issue 16 point 7: SO_PEERCRED check).
   for r in 0 1; do
+    NODECOMM_DAEMON_UID=nobody \
     NODECOMM_RUNTIME_BASE="$T/run" NODECOMM_INSTANCE=svc NODECOMM_JOB=svc NODECOMM_LOCAL_RANK=$r \
       NODECOMM_LOCAL_SIZE=2 NODECOMM_TIMEOUT_SEC=20 NODECOMM_IDLE=backoff \
       "$T/cmake/consumer_c" >"$T/rank$r.log" 2>&1 &

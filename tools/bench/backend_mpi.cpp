@@ -131,7 +131,10 @@ std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name
   out.reserve(values.size());
   for (size_t v : values) {
     if (v > static_cast<size_t>(INT32_MAX)) {
-      throw BackendError(fmt::format("{}: {} elements exceed MPI's int count", name, v));
+      throw BackendError(fmt::format(
+          "{}: a count or displacement of {} elements exceeds MPI's int limit of {} (the MPI "
+          "baseline posts one call per collective; nodecomm itself carries larger ones)",
+          name, v, INT32_MAX));
     }
     out.push_back(static_cast<int>(v));
   }
@@ -246,7 +249,10 @@ class MpiBackend final : public Backend {
       throw BackendError(fmt::format("{}: unsupported dtype {}", name, static_cast<int>(c.dtype)));
     }
     if (c.count > static_cast<size_t>(INT32_MAX)) {
-      throw BackendError(fmt::format("{}: {} elements exceed MPI's int count", name, c.count));
+      throw BackendError(fmt::format(
+          "{}: {} elements exceed MPI's int limit of {} (the MPI baseline posts one call per "
+          "collective; nodecomm itself carries larger ones)",
+          name, c.count, INT32_MAX));
     }
     const int n = static_cast<int>(c.count);
     const size_t bytes = c.count * dtype_bytes(c.dtype);
@@ -343,8 +349,10 @@ class MpiBackend final : public Backend {
     }
     const MPI_Datatype type = mpi_type(c.dtype);
     if (type == MPI_DATATYPE_NULL || c.count > static_cast<size_t>(INT32_MAX)) {
-      throw BackendError(fmt::format("allreduce: {} elements of dtype {} cannot be posted", c.count,
-                                     static_cast<int>(c.dtype)));
+      throw BackendError(fmt::format(
+          "allreduce: {} elements of dtype {} cannot be posted (an unsupported dtype, or more "
+          "than MPI's int limit of {} elements)",
+          c.count, static_cast<int>(c.dtype), INT32_MAX));
     }
     const MPI_Comm comm = c.in_group && group_ != MPI_COMM_NULL ? group_ : MPI_COMM_WORLD;
     size_t slot = 0;

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/ipc/socket.hpp"
@@ -34,6 +35,13 @@ uint64_t clock_ns(clockid_t id) {
 // Maps a shared-memory object read-only; returns its address and size.
 std::pair<const void*, size_t> map_readonly(const std::string& name) {
   const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0 && errno == EACCES) {
+    // Counters and traces name other users' jobs: 0600, or 0640 for the daemon's admin-group.
+    throw RuntimeError(fmt::format(
+        "permission denied reading /dev/shm{}: it is readable by root, the daemon's uid and "
+        "the members of its admin-group only (docs/OPERATIONS.md, nodecommctl)",
+        name));
+  }
   if (fd < 0) {
     throw RuntimeError(fmt::format("cannot open /dev/shm{}: {}", name, std::strerror(errno)));
   }
@@ -200,6 +208,9 @@ proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb
   std::string error;
   ipc::Fd fd = ipc::connect_unix(socket_path, error);
   if (!fd.valid()) throw RuntimeError(fmt::format("cannot connect to {}: {}", socket_path, error));
+  if (std::string refusal = ipc::check_daemon_peer(fd.get(), socket_path); !refusal.empty()) {
+    throw RuntimeError(refusal);
+  }
   if (ipc::send_message(fd.get(), &request, sizeof(request)) != ipc::IoResult::kOk) {
     throw RuntimeError(fmt::format("cannot send to {}", socket_path));
   }

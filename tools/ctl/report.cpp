@@ -7,6 +7,7 @@
 #include <map>
 
 #include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::ctl {
@@ -109,11 +110,11 @@ Json list_json(const std::vector<ListedInstance>& instances) {
                    {"uid", s.daemon.uid},
                    {"node_index", s.daemon.node_index},
                    {"node_count", s.daemon.node_count},
-                   {"job", ipc::bounded_text(s.job.name)},
+                   {"job", ipc::printable_text(s.job.name)},
                    {"job_state", job_state(s.job)},
                    {"clients", s.totals.clients},
-                   {"runtime_dir", ipc::bounded_text(s.daemon.runtime_dir)},
-                   {"socket", ipc::bounded_text(s.daemon.socket_path)},
+                   {"runtime_dir", ipc::printable_text(s.daemon.runtime_dir)},
+                   {"socket", ipc::printable_text(s.daemon.socket_path)},
                    {"shm", "/dev/shm" + i.shm_name}});
   }
   return out;
@@ -129,11 +130,12 @@ std::string list_text(const std::vector<ListedInstance>& instances) {
     }
     const Snapshot& s = i.snapshot;
     const std::string job =
-        s.job.state == 0 ? "-"
-                         : fmt::format("{} ({})", ipc::bounded_text(s.job.name), job_state(s.job));
+        s.job.state == 0
+            ? "-"
+            : fmt::format("{} ({})", ipc::printable_text(s.job.name), job_state(s.job));
     out += fmt::format("{:<28} {:<12} {:>8} {:>6} {:>7} {:<24} {}\n", s.instance(), daemon_state(s),
                        s.daemon.pid, fmt::format("{}/{}", s.daemon.node_index, s.daemon.node_count),
-                       s.totals.clients, job, ipc::bounded_text(s.daemon.runtime_dir));
+                       s.totals.clients, job, ipc::printable_text(s.daemon.runtime_dir));
   }
   return out;
 }
@@ -141,7 +143,8 @@ std::string list_text(const std::vector<ListedInstance>& instances) {
 Json params_json(const Snapshot& s) {
   Json out = Json::object();
   for (uint32_t i = 0; i < s.params.count; ++i) {
-    out[ipc::bounded_text(s.params.entries[i].key)] = ipc::bounded_text(s.params.entries[i].value);
+    out[ipc::printable_text(s.params.entries[i].key)] =
+        ipc::printable_text(s.params.entries[i].value);
   }
   return out;
 }
@@ -153,7 +156,7 @@ Json status_json(const Snapshot& s) {
   for (uint32_t i = 0; i < s.ops.count; ++i) stalled += s.ops.slots[i].stalled;
   Json job = nullptr;
   if (j.state != 0) {
-    job = {{"name", ipc::bounded_text(j.name)},
+    job = {{"name", ipc::printable_text(j.name)},
            {"state", job_state(j)},
            {"world_size", j.world_size},
            {"node_index", j.node_index},
@@ -163,19 +166,19 @@ Json status_json(const Snapshot& s) {
            {"world_offset", j.world_offset},
            {"communicators", j.communicators},
            {"ops_posted", j.ops_posted},
-           {"failure", ipc::bounded_text(j.failure)}};
+           {"failure", ipc::printable_text(j.failure)}};
   }
   return {{"instance", s.instance()},
           {"state", daemon_state(s)},
           {"pid", s.daemon.pid},
           {"uid", s.daemon.uid},
-          {"version", ipc::bounded_text(s.daemon.version)},
+          {"version", ipc::printable_text(s.daemon.version)},
           {"node_index", s.daemon.node_index},
           {"node_count", s.daemon.node_count},
-          {"transport", ipc::bounded_text(s.daemon.transport)},
+          {"transport", ipc::printable_text(s.daemon.transport)},
           {"lanes", s.daemon.lanes},
-          {"runtime_dir", ipc::bounded_text(s.daemon.runtime_dir)},
-          {"socket", ipc::bounded_text(s.daemon.socket_path)},
+          {"runtime_dir", ipc::printable_text(s.daemon.runtime_dir)},
+          {"socket", ipc::printable_text(s.daemon.socket_path)},
           {"uptime_s", seconds_between(s.now_realtime_ns, s.daemon.start_realtime_ns)},
           {"heartbeat", s.liveness.heartbeat},
           {"heartbeat_age_s", s.heartbeat_age_s()},
@@ -207,27 +210,27 @@ std::string status_text(const Snapshot& s) {
   uint64_t stalled = 0;
   for (uint32_t i = 0; i < s.ops.count; ++i) stalled += s.ops.slots[i].stalled;
   std::string out;
-  out +=
-      fmt::format("instance   {} ({}, pid {}, uid {}, nodecomm {})\n", s.instance(),
-                  daemon_state(s), s.daemon.pid, s.daemon.uid, ipc::bounded_text(s.daemon.version));
+  out += fmt::format("instance   {} ({}, pid {}, uid {}, nodecomm {})\n", s.instance(),
+                     daemon_state(s), s.daemon.pid, s.daemon.uid,
+                     ipc::printable_text(s.daemon.version));
   out += fmt::format("node       {} of {}, transport {}, {} lanes\n", s.daemon.node_index,
-                     s.daemon.node_count, ipc::bounded_text(s.daemon.transport), s.daemon.lanes);
+                     s.daemon.node_count, ipc::printable_text(s.daemon.transport), s.daemon.lanes);
   out += fmt::format(
       "liveness   up {}, heartbeat {} ago, last progress {} ago\n",
       human_duration(seconds_between(s.now_realtime_ns, s.daemon.start_realtime_ns)),
       human_duration(s.heartbeat_age_s()),
       human_duration(seconds_between(s.now_monotonic_ns, s.liveness.last_progress_monotonic_ns)));
-  out += fmt::format("socket     {}\n", ipc::bounded_text(s.daemon.socket_path));
+  out += fmt::format("socket     {}\n", ipc::printable_text(s.daemon.socket_path));
   if (j.state == 0) {
     out += "job        none\n";
   } else {
     out += fmt::format(
         "job        '{}' {}: {} ranks on {} nodes; this is node {}, ranks {}..{} ({}/{} attached), "
         "{} communicator(s), {} ops posted\n",
-        ipc::bounded_text(j.name), job_state(j), j.world_size, j.node_count, j.node_index,
+        ipc::printable_text(j.name), job_state(j), j.world_size, j.node_count, j.node_index,
         j.world_offset, j.world_offset + (j.local_size > 0 ? j.local_size - 1 : 0), j.attached,
         j.local_size, j.communicators, j.ops_posted);
-    if (j.failure[0] != '\0') out += fmt::format("failure    {}\n", ipc::bounded_text(j.failure));
+    if (j.failure[0] != '\0') out += fmt::format("failure    {}\n", ipc::printable_text(j.failure));
   }
   out += fmt::format("clients    {} connected\n", t.clients);
   out += fmt::format(
@@ -279,7 +282,7 @@ Json clients_json(const Snapshot& s) {
          {"completion_backlog", c.completion_backlog}});
   }
   return {{"instance", s.instance()},
-          {"job", ipc::bounded_text(s.job.name)},
+          {"job", ipc::printable_text(s.job.name)},
           {"total", s.clients.total},
           {"clients", list}};
 }
@@ -314,7 +317,7 @@ Json ops_json(const Snapshot& s) {
                     {"seq", op.seq},
                     {"collective", collective(op.collective)},
                     {"dtype", std::string(proto::dtype_name(static_cast<proto::DType>(op.dtype)))},
-                    {"name", ipc::bounded_text(op.name)},
+                    {"name", ipc::printable_text(op.name)},
                     {"bytes", op.bytes},
                     {"phase", op.phase < 4 ? kPhases[op.phase] : "?"},
                     {"age_s", seconds_between(s.now_monotonic_ns, op.first_arrival_ns)},
@@ -328,7 +331,7 @@ Json ops_json(const Snapshot& s) {
                     {"waiting_for", waiting_for(op)}});
   }
   return {{"instance", s.instance()},
-          {"job", ipc::bounded_text(s.job.name)},
+          {"job", ipc::printable_text(s.job.name)},
           {"total", s.ops.total},
           {"stall_sec", s.param("stall-sec")},
           {"ops", list}};
@@ -342,7 +345,7 @@ std::string ops_text(const Snapshot& s) {
   for (uint32_t i = 0; i < s.ops.count; ++i) {
     const proto::OpSlot& op = s.ops.slots[i];
     out += fmt::format("{:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", op.comm, op.seq,
-                       collective(op.collective), ipc::bounded_text(op.name),
+                       collective(op.collective), ipc::printable_text(op.name),
                        human_bytes(static_cast<double>(op.bytes)),
                        op.phase < 4 ? kPhases[op.phase] : "?",
                        human_duration(seconds_between(s.now_monotonic_ns, op.first_arrival_ns)),
@@ -515,8 +518,15 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots) {
   }
   family("job_world_size", "gauge", "Ranks in the job this daemon serves (0: none)");
   for (const Snapshot& s : snapshots) {
-    out += fmt::format("nodecomm_job_world_size{{{},job=\"{}\"}} {}\n", labels(s),
-                       ipc::bounded_text(s.job.name), s.job.world_size);
+    // The exposition format escapes '\\' and '"' in label values: the value a scraper reads
+    // back is the printable name, as every other output shows it.
+    std::string job;
+    for (const char c : ipc::printable_text(s.job.name)) {
+      if (c == '"' || c == '\\') job.push_back('\\');
+      job.push_back(c);
+    }
+    out += fmt::format("nodecomm_job_world_size{{{},job=\"{}\"}} {}\n", labels(s), job,
+                       s.job.world_size);
   }
   family("ops_stalled", "gauge", "In-flight operations older than stall-sec");
   for (const Snapshot& s : snapshots) {
@@ -568,7 +578,7 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots) {
       const proto::ParamEntry& e = s.params.entries[i];
       if (e.number < 0) continue;
       out += fmt::format("nodecomm_setting{{{},key=\"{}\"}} {}\n", labels(s),
-                         ipc::bounded_text(e.key), e.number);
+                         ipc::printable_text(e.key), e.number);
     }
   }
   return out;
@@ -579,7 +589,7 @@ Json chrome_trace(const TraceData& trace) {
   const uint64_t origin = h.start_monotonic_ns;
   const uint32_t pid = h.node_index;
   Json events = Json::array();
-  const std::string instance = ipc::bounded_text(h.instance);
+  const std::string instance = ipc::printable_text(h.instance);
   events.push_back(
       {{"name", "process_name"},
        {"ph", "M"},
@@ -609,7 +619,7 @@ Json chrome_trace(const TraceData& trace) {
                                             : -static_cast<double>(origin - e->begin_ns) / 1e3;
     const double dur =
         e->end_ns > e->begin_ns ? static_cast<double>(e->end_ns - e->begin_ns) / 1e3 : 0.0;
-    const std::string name = ipc::bounded_text(e->name);
+    const std::string name = ipc::printable_text(e->name);
     const std::string title =
         op ? fmt::format("{} {}", collective(e->collective), name.empty() ? "-" : name)
            : fmt::format("{} {}{}", kKinds[std::min<uint8_t>(e->kind, 3)],

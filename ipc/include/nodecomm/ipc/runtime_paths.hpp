@@ -15,8 +15,6 @@ std::string default_runtime_base();
 std::string instance_runtime_dir(const std::string& instance);
 std::string socket_path(const std::string& runtime_dir);
 std::string ready_path(const std::string& runtime_dir);
-// Creates `dir` and its parents with mode 0755 (leaf mode `leaf_mode`); throws on failure.
-void make_directories(const std::string& dir, unsigned leaf_mode);
 // Shared-memory names of an instance start with this (its counters and trace buffer; client
 // segments are anonymous memfds and have no name).
 std::string segment_prefix(const std::string& instance);
