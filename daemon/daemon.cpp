@@ -35,6 +35,11 @@ constexpr uint64_t kListenTag = 0;           // client ids start at 1
 constexpr uint64_t kSocketCheckNs = 50'000;  // socket poll interval while busy
 constexpr uint64_t kHeartbeatNs = 10'000'000;
 constexpr int kParkTimeoutMs = 100;
+// Bounded work per readiness event: a client that keeps its socket full, or a flood of
+// connections, gets this much of the loop per pass and waits for the next (epoll is level-
+// triggered, so what is left is reported again); the jobs' rings are served in between.
+constexpr int kMessagesPerEvent = 16;
+constexpr int kAcceptsPerEvent = 16;
 
 }  // namespace
 
@@ -260,6 +265,7 @@ void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
   check_peers(now);
   check_client_heartbeats(now);
+  check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
   counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
                          transport_);
@@ -303,11 +309,17 @@ size_t Daemon::service_sockets(int timeout_ms) {
 }
 
 void Daemon::accept_clients() {
-  for (;;) {
+  for (int accepted = 0; accepted < kAcceptsPerEvent; ++accepted) {
     ipc::Fd fd = ipc::accept_unix(listen_fd_.get());
     if (!fd.valid()) return;
     const auto cred = ipc::peer_credentials(fd.get());
     if (!cred) continue;
+    // Refused at once, answering its hello: it never holds a slot, so connections over a
+    // limit cannot use up --max-clients for others.
+    if (std::string limit = connection_limit(*cred); !limit.empty()) {
+      refuse_connection(std::move(fd), *cred, limit);
+      continue;
+    }
     const uint32_t id = next_client_id_++;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -318,17 +330,12 @@ void Daemon::accept_clients() {
     counters_.client_accepted();
     idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
-    if (clients_.size() > config_.max_clients) {
-      clients_[id]->refusal = fmt::format(
-          "nodecommd instance '{}' already serves {} clients (the limit, --max-clients)",
-          config_.instance, config_.max_clients);
-    }
   }
 }
 
 void Daemon::on_readable(ClientSession& client) {
   alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
-  for (;;) {
+  for (int handled = 0; handled < kMessagesPerEvent; ++handled) {
     size_t size = 0;
     ipc::Fd passed;  // only a kRegister carries one; any other is closed unused
     const ipc::IoResult r = ipc::recv_message(client.fd(), buffer, sizeof(buffer), size, &passed);
@@ -340,7 +347,15 @@ void Daemon::on_readable(ClientSession& client) {
     uint32_t type = 0;
     if (size >= sizeof(type)) std::memcpy(&type, buffer, sizeof(type));
     const auto kind = static_cast<proto::ControlType>(type);
-    if (kind == proto::ControlType::kWake && size == sizeof(proto::Wake)) continue;
+    if (kind == proto::ControlType::kWake && size == sizeof(proto::Wake)) {
+      if (client.state() == ClientSession::State::kJoined) continue;
+      // Only a job's members have rings to serve; anyone else's wake-ups only cost the loop.
+      part_with(client, proto::Status::kProtocol,
+                fmt::format("protocol violation: a wake-up message before joining a job (only a "
+                            "job's attached ranks may send them; this connection is in state {})",
+                            client.state() == ClientSession::State::kHello ? "hello" : "mapping"));
+      return;
+    }
     if (kind == proto::ControlType::kHello && size == sizeof(proto::Hello) &&
         client.state() == ClientSession::State::kHello) {
       proto::Hello hello;
@@ -418,7 +433,6 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
   }
   const std::string job_name = hello.job;
-  if (!client.refusal.empty()) return reply_hello_error(client, Status::kQueueFull, client.refusal);
   if (!lost_peer_.empty()) {
     return reply_hello_error(client, Status::kPeerLost,
                              fmt::format("this daemon's group cannot run jobs any more: {}; "
@@ -691,6 +705,7 @@ void Daemon::reap() {
         if (member != nullptr) member->job = nullptr;
       }
       job_.reset();
+      job_since_ns_ = 0;
       transport_.set_tuning(engine_.algorithm_tuning());  // drop what the job's rounds agreed
       Log::get().set_job({});
     }

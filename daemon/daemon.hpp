@@ -77,6 +77,17 @@ class Daemon {
   void check_peers(uint64_t now);
   // Drops joined clients whose library stopped writing its heartbeat.
   void check_client_heartbeats(uint64_t now);
+  // The control socket's limits (control_limits.cpp). check_deadlines: hello, mapping and
+  // attach deadlines. connection_limit: why a new connection from this peer is refused, or "".
+  void check_deadlines(uint64_t now);
+  size_t connections_of(uint32_t uid) const;
+  std::string connection_limit(const ipc::PeerCredentials& cred) const;
+  // Answers a refused connection's hello with `text` (NC_ERR_QUEUE_FULL) and closes it.
+  void refuse_connection(ipc::Fd fd, const ipc::PeerCredentials& cred, const std::string& text);
+  // Tells a client why it is dropped where its library waits for an answer, then drops it.
+  void part_with(ClientSession& client, proto::Status status, const std::string& why);
+  // Warns about a refusal or drop, at most once a second (a flood must not flood the log).
+  void log_refusal(const std::string& text);
 
   DaemonConfig config_;
   Transport& transport_;
@@ -97,6 +108,9 @@ class Daemon {
   uint64_t last_heartbeat_ns_ = 0;
   uint64_t last_network_activity_ = 0;
   uint64_t last_work_ns_ = 0;
+  uint64_t job_since_ns_ = 0;  // when the attach deadline of job_ started counting
+  uint64_t last_refusal_log_ns_ = 0;
+  uint64_t unlogged_refusals_ = 0;
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
