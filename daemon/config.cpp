@@ -120,9 +120,9 @@ void define_settings(CLI::App& app, Vars& v) {
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   app.add_option("--max-clients-per-uid", c.max_clients_per_uid,
-                 "Connections one uid may hold at once (0: half of --max-clients); one more is "
-                 "refused at once with NC_ERR_QUEUE_FULL")
-      ->check(CLI::Range(0u, 4096u))
+                 "Connections one uid may hold at once; one more is refused at once with "
+                 "NC_ERR_QUEUE_FULL (binds where it is below --max-clients)")
+      ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   app.add_option("--hello-timeout-sec", c.hello_timeout_sec,
                  "Drop a connection that has not said hello after this many seconds (0: never)")
@@ -597,7 +597,6 @@ DaemonConfig parse_config(int argc, char** argv) {
     }
     c.limits.max_in_flight = c.ring_capacity;
   }
-  if (c.max_clients_per_uid == 0) c.max_clients_per_uid = std::max(1u, c.max_clients / 2);
   c.limits.max_feedback_bytes = bytes("max-feedback-bytes", v.max_feedback_bytes);
   c.default_arena_bytes = bytes("default-arena", v.default_arena);
   c.max_arena_bytes = bytes("max-arena", v.max_arena);

@@ -22,10 +22,10 @@ struct DaemonConfig {
   uint64_t default_arena_bytes = 64ULL << 20;
   uint64_t max_arena_bytes = 16ULL << 30;
   uint32_t max_clients = 256;
-  // Connections one uid may hold at once (attached, attaching or idle); 0 until parsed, then
-  // half of max_clients unless set. One user's idle or flooding connections cannot use up
-  // max_clients for everyone else.
-  uint32_t max_clients_per_uid = 0;
+  // Connections one uid may hold at once (attached, attaching or idle), so that one user's
+  // idle or flooding connections cannot use up max_clients for everyone else (the default is
+  // half the default max_clients; it binds only where it is below max_clients).
+  uint32_t max_clients_per_uid = 128;
   // Deadlines on the control socket (seconds; 0: none): a connection must say hello within
   // hello_timeout_sec, map its segment within map_timeout_sec of the reply, and its job's local
   // ranks must all attach within attach_timeout_sec of the first one's hello.
