@@ -13,9 +13,9 @@
 #   flood_latency.sh BIN_DIR [ROUNDS]
 set -euo pipefail
 BIN=${1:?usage: flood_latency.sh BIN_DIR [ROUNDS]}
-ROUNDS=${2:-3}
+ROUNDS=${2:-5}
 RATIO_MAX=${NODECOMM_FLOOD_RATIO_MAX:-1.5}
-ITERS=${NODECOMM_FLOOD_ITERS:-5000}
+ITERS=${NODECOMM_FLOOD_ITERS:-2000}
 
 fail() {
   echo "flood_latency: FAILED: $*" >&2
