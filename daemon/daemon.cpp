@@ -369,6 +369,10 @@ void Daemon::on_readable(ClientSession& client) {
       proto::AdminRequest request;
       std::memcpy(&request, buffer, sizeof(request));
       on_admin(client, request);
+      // One request per connection, as nodecommctl sends: more would let one connection
+      // repeat refused requests (and their log lines) at the loop's pace.
+      drop(client, "admin request answered");
+      return;
     } else if (kind == proto::ControlType::kRegister && size == sizeof(proto::Register) &&
                client.state() == ClientSession::State::kJoined) {
       proto::Register request;
@@ -394,7 +398,7 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   reply.status = static_cast<int32_t>(status);
   ipc::copy_text(reply.message, text);
   ipc::send_message(client.fd(), &reply, sizeof(reply));
-  NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
+  log_refusal(fmt::format("client {} (pid {}) refused: {}", client.id(), client.cred().pid, text));
   drop(client, "refused at attach");
 }
 
