@@ -476,9 +476,9 @@ DaemonConfig parse_config(int argc, char** argv) {
     if (opt->count() > 0) {
       // A list shows every value; a repeated single value its last (TakeLast, above).
       const bool list = opt->get_items_expected_max() > 1;
-      origins[name] = Origin{Source::kFlag, "--" + name,
-                             list ? fmt::format("{}", fmt::join(opt->results(), ","))
-                                  : opt->results().back()};
+      origins[name] =
+          Origin{Source::kFlag, "--" + name,
+                 list ? fmt::format("{}", fmt::join(opt->results(), ",")) : opt->results().back()};
     } else {
       origins[name] = Origin{Source::kDefault, {}, opt->get_default_str()};
     }
@@ -590,10 +590,10 @@ DaemonConfig parse_config(int argc, char** argv) {
     // The library lets a client have a ring's worth in flight: a lower cap would fail
     // correct programs. Raised silently only when nobody asked for the lower one.
     if (origins.at("max-in-flight").source != Source::kDefault) {
-      usage_error(fmt::format("{}: {} is below {} {} (a client may have that many operations in "
-                              "flight)",
-                              label("max-in-flight"), c.limits.max_in_flight,
-                              label("ring-capacity"), c.ring_capacity));
+      usage_error(fmt::format(
+          "{}: {} is below {} {} (a client may have that many operations in "
+          "flight)",
+          label("max-in-flight"), c.limits.max_in_flight, label("ring-capacity"), c.ring_capacity));
     }
     c.limits.max_in_flight = c.ring_capacity;
   }

@@ -83,7 +83,8 @@ void Daemon::part_with(ClientSession& client, proto::Status status, const std::s
   // A library client waits for a HelloReply until its hello is answered and for a JobReady
   // after: it reads the reason where it expects an answer.
   if (client.state() == ClientSession::State::kHello) {
-    const proto::HelloReply reply = hello_reply(status, "nodecommd dropped this connection: " + why);
+    const proto::HelloReply reply =
+        hello_reply(status, "nodecommd dropped this connection: " + why);
     part(client.fd(), &reply, sizeof(reply));
   } else {
     proto::JobReady ready{};

@@ -54,9 +54,13 @@ namespace {
 using namespace hostile;
 
 std::atomic<bool> g_stop{false};
-void on_term(int) { g_stop.store(true, std::memory_order_relaxed); }  // relaxed: a flag only
+void on_term(int) {
+  g_stop.store(true, std::memory_order_relaxed);
+}  // relaxed: a flag only
 
-std::string socket_path() { return env_or("NODECOMM_RUNTIME_DIR", "") + "/nodecommd.sock"; }
+std::string socket_path() {
+  return env_or("NODECOMM_RUNTIME_DIR", "") + "/nodecommd.sock";
+}
 
 int fail(const std::string& what) {
   std::fprintf(stderr, "hostile_control: FAILED: %s\n", what.c_str());
@@ -78,8 +82,8 @@ Parting read_parting(int fd, double seconds) {
   alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
   Parting p;
   size_t size = 0;
-  if (ipc::recv_message_timed(fd, buffer, sizeof(buffer), size,
-                              static_cast<int>(seconds * 1000)) != ipc::IoResult::kOk) {
+  if (ipc::recv_message_timed(fd, buffer, sizeof(buffer), size, static_cast<int>(seconds * 1000)) !=
+      ipc::IoResult::kOk) {
     return p;
   }
   if (size == sizeof(proto::HelloReply)) {
@@ -188,10 +192,11 @@ int wake_flood(double seconds) {
       if (first.empty()) first = p.text;
     }
   }
-  std::printf("hostile_control wake-flood: %llu connections, %llu wake-ups sent, told why %llu "
-              "times: %s\n",
-              static_cast<unsigned long long>(connections), static_cast<unsigned long long>(wakes),
-              static_cast<unsigned long long>(told), first.c_str());
+  std::printf(
+      "hostile_control wake-flood: %llu connections, %llu wake-ups sent, told why %llu "
+      "times: %s\n",
+      static_cast<unsigned long long>(connections), static_cast<unsigned long long>(wakes),
+      static_cast<unsigned long long>(told), first.c_str());
   if (told == 0 || !contains(first, "a wake-up message before joining a job")) {
     return fail("the flooder was never told it was dropped for its wake-up messages");
   }
@@ -223,8 +228,8 @@ int ahead(uint64_t cap, uint64_t extra) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_sec() * 3);
   while (completed < total && Clock::now() < deadline) {
     while (posted < total) {
-      OpDescriptor d = make_desc(Collective::kAllreduce, DType::kF32, RedOp::kSum, 0, posted + 1,
-                                 2, 0, 0);
+      OpDescriptor d =
+          make_desc(Collective::kAllreduce, DType::kF32, RedOp::kSum, 0, posted + 1, 2, 0, 0);
       d.flags = proto::kOpFlagInPlace;
       if (!c.post(d)) break;  // ring full: take completions first
       ++posted;
@@ -234,9 +239,10 @@ int ahead(uint64_t cap, uint64_t extra) {
       ++completed;
       const std::string text = ipc::bounded_text(done.message);
       if (done.status != static_cast<int32_t>(Status::kQueueFull)) {
-        return fail(fmt::format("seq {} completed with status {} ('{}'), expected "
-                                "NC_ERR_QUEUE_FULL",
-                                done.seq, done.status, text));
+        return fail(
+            fmt::format("seq {} completed with status {} ('{}'), expected "
+                        "NC_ERR_QUEUE_FULL",
+                        done.seq, done.status, text));
       }
       if (done.seq == cap + 1) {
         ++refused_at_cap;
