@@ -476,9 +476,9 @@ DaemonConfig parse_config(int argc, char** argv) {
     if (opt->count() > 0) {
       // A list shows every value; a repeated single value its last (TakeLast, above).
       const bool list = opt->get_items_expected_max() > 1;
-      origins[name] =
-          Origin{Source::kFlag, "--" + name,
-                 list ? fmt::format("{}", fmt::join(opt->results(), ",")) : opt->results().back()};
+      origins[name] = Origin{Source::kFlag, "--" + name,
+                             list ? fmt::format("{}", fmt::join(opt->results(), ","))
+                                  : opt->results().back()};
     } else {
       origins[name] = Origin{Source::kDefault, {}, opt->get_default_str()};
     }
