@@ -108,7 +108,12 @@ run_timeout "${client_env[@]}" NODECOMM_JOB=ahead "$BIN/hostile_control" ahead 4
   fail "a rank posting past --max-in-flight was not refused as expected"
 after=$(rss)
 echo "hostile_control: daemon resident memory ${before} KiB before, ${after} KiB after 24096 posts"
-[ $((after - before)) -lt 65536 ] || fail "the daemon grew by $((after - before)) KiB"
+if grep -q libasan "/proc/$daemon_pid/maps" 2>/dev/null; then
+  # ASan's quarantine keeps freed memory by design; leaks are LeakSanitizer's to find.
+  echo "hostile_control: (ASan build: resident memory not bounded here)"
+else
+  [ $((after - before)) -lt 65536 ] || fail "the daemon grew by $((after - before)) KiB"
+fi
 alive "after the in-flight cap"
 exact_job after-ahead
 echo "hostile_control: deadlines, per-uid cap, wake-ups and the in-flight cap all held; the daemon served on"
