@@ -3,8 +3,10 @@
 // or dropped connection is told why. Every refusal names its limit and the option that sets it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,10 @@ namespace {
 // Messages read and thrown away before a parting reply: enough for a client's hello and a few
 // more; a flooder's further messages fail to send once the socket is shut down.
 constexpr int kDrainMessages = 8;
+// Connections accepted per second, and at once: a 128-rank job attaches in one burst; a flood
+// of connections costs the loop at most this rate (each one a session, a read and a reply).
+constexpr double kAcceptsPerSecond = 500;
+constexpr double kAcceptBurst = 128;
 
 void drain(int fd) {
   alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
@@ -75,7 +81,7 @@ void Daemon::refuse_connection(ipc::Fd fd, const ipc::PeerCredentials& cred,
                                const std::string& text) {
   const proto::HelloReply reply = hello_reply(proto::Status::kQueueFull, text);
   part(fd.get(), &reply, sizeof(reply));
-  log_refusal(fmt::format("connection from pid {} uid {} refused: {}", cred.pid, cred.uid, text));
+  log_refusal("connection from pid {} uid {} refused: {}", cred.pid, cred.uid, text);
 }
 
 void Daemon::part_with(ClientSession& client, proto::Status status, const std::string& why) {
@@ -94,20 +100,24 @@ void Daemon::part_with(ClientSession& client, proto::Status status, const std::s
     ipc::copy_text(ready.message, why);
     part(client.fd(), &ready, sizeof(ready));
   }
-  log_refusal(fmt::format("client {} (pid {}, uid {}) dropped: {}", client.id(), client.cred().pid,
-                          client.cred().uid, why));
+  log_refusal("client {} (pid {}, uid {}) dropped: {}", client.id(), client.cred().pid,
+              client.cred().uid, why);
   drop(client, why);
 }
 
-void Daemon::log_refusal(const std::string& text) {
+bool Daemon::refusal_log_due() {
   // At most one line a second: a flood of connections must not turn into a flood of log
   // writes on the loop that also serves the jobs.
   const uint64_t now = ipc::monotonic_ns();
   if (now - last_refusal_log_ns_ < 1'000'000'000ull) {
     ++unlogged_refusals_;
-    return;
+    return false;
   }
   last_refusal_log_ns_ = now;
+  return true;
+}
+
+void Daemon::write_refusal(const std::string& text) {
   if (unlogged_refusals_ > 0) {
     NC_LOG(kWarn, "{} (and {} more refusals or drops in the last second)", text,
            unlogged_refusals_);
@@ -115,6 +125,36 @@ void Daemon::log_refusal(const std::string& text) {
     NC_LOG(kWarn, "{}", text);
   }
   unlogged_refusals_ = 0;
+}
+
+bool Daemon::accept_allowed(uint64_t now) {
+  if (accept_refill_ns_ == 0) accept_tokens_ = kAcceptBurst;
+  accept_tokens_ =
+      std::min(kAcceptBurst, accept_tokens_ + static_cast<double>(now - accept_refill_ns_) *
+                                                  kAcceptsPerSecond / 1e9);
+  accept_refill_ns_ = now;
+  if (accept_tokens_ >= 1) {
+    accept_tokens_ -= 1;
+    return true;
+  }
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = 0;  // kListenTag
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev);
+  accepts_paused_ = true;
+  return false;
+}
+
+void Daemon::resume_accepts(uint64_t now) {
+  if (!accepts_paused_) return;
+  if (accept_tokens_ + static_cast<double>(now - accept_refill_ns_) * kAcceptsPerSecond / 1e9 < 1) {
+    return;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;  // kListenTag
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev);
+  accepts_paused_ = false;
 }
 
 void Daemon::check_deadlines(uint64_t now) {

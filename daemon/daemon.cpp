@@ -290,6 +290,11 @@ std::string Daemon::status_line() {
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
+  if (accepts_paused_) {
+    resume_accepts(ipc::monotonic_ns());
+    // Paused: look again within a millisecond, when the next connection may be taken.
+    if (accepts_paused_) timeout_ms = std::min(timeout_ms, 1);
+  }
   epoll_event events[64];
   const int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout_ms);
   size_t work = 0;
@@ -310,8 +315,12 @@ size_t Daemon::service_sockets(int timeout_ms) {
 
 void Daemon::accept_clients() {
   for (int accepted = 0; accepted < kAcceptsPerEvent; ++accepted) {
+    if (!accept_allowed(ipc::monotonic_ns())) return;
     ipc::Fd fd = ipc::accept_unix(listen_fd_.get());
-    if (!fd.valid()) return;
+    if (!fd.valid()) {
+      accept_tokens_ += 1;  // nothing was waiting: the token is not spent
+      return;
+    }
     const auto cred = ipc::peer_credentials(fd.get());
     if (!cred) continue;
     // Refused at once, answering its hello: it never holds a slot, so connections over a
@@ -398,7 +407,7 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   reply.status = static_cast<int32_t>(status);
   ipc::copy_text(reply.message, text);
   ipc::send_message(client.fd(), &reply, sizeof(reply));
-  log_refusal(fmt::format("client {} (pid {}) refused: {}", client.id(), client.cred().pid, text));
+  log_refusal("client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
   drop(client, "refused at attach");
 }
 

@@ -4,6 +4,8 @@
 // processes, one polling thread that backs off is cheaper than two that compete.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -86,8 +88,20 @@ class Daemon {
   void refuse_connection(ipc::Fd fd, const ipc::PeerCredentials& cred, const std::string& text);
   // Tells a client why it is dropped where its library waits for an answer, then drops it.
   void part_with(ClientSession& client, proto::Status status, const std::string& why);
-  // Warns about a refusal or drop, at most once a second (a flood must not flood the log).
-  void log_refusal(const std::string& text);
+  // Warns about a refusal or drop, at most once a second (a flood must not flood the log);
+  // the text is only formatted when it is written.
+  template <class... Args>
+  void log_refusal(fmt::format_string<Args...> format, Args&&... args) {
+    if (refusal_log_due()) write_refusal(fmt::format(format, std::forward<Args>(args)...));
+  }
+  bool refusal_log_due();
+  void write_refusal(const std::string& text);
+  // Paces accepting: a token bucket of connections; when it is empty the listening socket
+  // leaves the epoll set, so a connection flood waits in the kernel's backlog (and in the
+  // flooder's connect) instead of taking the loop. resume_accepts puts it back once a token
+  // has been earned.
+  bool accept_allowed(uint64_t now);
+  void resume_accepts(uint64_t now);
 
   DaemonConfig config_;
   Transport& transport_;
@@ -111,6 +125,9 @@ class Daemon {
   uint64_t job_since_ns_ = 0;  // when the attach deadline of job_ started counting
   uint64_t last_refusal_log_ns_ = 0;
   uint64_t unlogged_refusals_ = 0;
+  double accept_tokens_ = 0;  // filled to the burst at the first accept
+  uint64_t accept_refill_ns_ = 0;
+  bool accepts_paused_ = false;
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;

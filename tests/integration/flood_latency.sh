@@ -36,10 +36,19 @@ if [ "\$NODECOMM_LOCAL_RANK" = 0 ]; then
     flood) "$BIN/hostile_control" wake-flood 600 >"\$out.flood" 2>&1 & pid=\$! ;;
   esac
   sleep 0.3  # the side process is running before the first timed operation
+  daemon=\$(sed -n 's/.*"pid":\([0-9]*\).*/\1/p' "\$NODECOMM_RUNTIME_DIR/nodecommd.ready")
+  ticks() { awk '{print \$14 + \$15}' "/proc/\$daemon/stat"; }
+  t0=\$(ticks)
+  s0=\$(date +%s%N)
 fi
 "$BIN/nodecomm-bench" --backend nodecomm --op allreduce --sizes 8 --iters $ITERS --warmup 1000 \
   --check --json "\$out"
 rc=\$?
+if [ "\$NODECOMM_LOCAL_RANK" = 0 ]; then
+  # The daemon's CPU over the run, in % of one core (utime + stime, 100 ticks a second).
+  awk -v t="\$((\$(ticks) - t0))" -v ns="\$((\$(date +%s%N) - s0))" \
+    'BEGIN {printf "%.0f\n", t * 1e9 / ns}' >"\$out.cpu"
+fi
 if [ -n "\$pid" ]; then
   kill -TERM "\$pid"
   if [ "\$side" = flood ]; then wait "\$pid" || rc=1; else wait "\$pid" || true; fi
@@ -69,7 +78,8 @@ for round in $(seq "$ROUNDS"); do
     if [ "$side" = flood ]; then
       ratios+="$(awk -v f="$t" -v b="$burn_t" 'BEGIN {printf "%.3f", f / b}') "
     fi
-    printf 'flood_latency: round %d %-5s %8.2f us\n' "$round" "$side" "$t"
+    printf 'flood_latency: round %d %-5s %8.2f us, daemon CPU %3s%%\n' "$round" "$side" "$t" \
+      "$(cat "$out.cpu" 2>/dev/null)"
   done
 done
 median() { tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
