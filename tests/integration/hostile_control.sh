@@ -4,7 +4,8 @@
 #  A. short deadlines (--hello-timeout-sec 1 --map-timeout-sec 1 --attach-timeout-sec 2):
 #     a connection that never says hello, a client that never maps its segment, and a job whose
 #     second rank never comes are each dropped with NC_ERR_TIMEOUT and a message naming the
-#     deadline; a connection that sends wake-ups without a hello is dropped and told why.
+#     deadline; a connection that sends wake-ups without a hello is dropped and told why, and a
+#     job attaches and computes exactly while such a flooder reconnects as fast as it can.
 #  B. --max-clients 6 --max-clients-per-uid 3 --hello-timeout-sec 60: root holds 3 idle
 #     connections; root's next one is refused at once naming --max-clients-per-uid (through the
 #     library), so are 20 more; meanwhile a job of a second uid (nodecomm-test, when root can
@@ -54,6 +55,14 @@ run_timeout "${client_env[@]}" NODECOMM_JOB=nopeer NODECOMM_LOCAL_RANK=0 NODECOM
   "$BIN/hostile_control" no-peer || fail "a job that never formed was not failed at the deadline"
 run_timeout "${client_env[@]}" "$BIN/hostile_control" wake-flood 0.5 ||
   fail "wake-ups without a hello were not refused"
+# While a flooder reconnects and sends wake-ups as fast as it can (connections are paced, the
+# rest wait in the kernel's backlog), a real job still attaches and computes exactly.
+"${client_env[@]}" "$BIN/hostile_control" wake-flood 4 >"$work/flood.log" 2>&1 &
+flooder=$!
+sleep 0.5
+exact_job during-flood
+wait "$flooder" || { cat "$work/flood.log" >&2; fail "the flooder was not told why it was dropped"; }
+echo "hostile_control: a job attached and was exact beside a flooder ($(sed -n 's/.*wake-flood: \([^:]*\):.*/\1/p' "$work/flood.log"))"
 alive "after the deadline checks"
 exact_job after-deadlines
 stop_standalone_daemon
