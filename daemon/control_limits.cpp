@@ -119,7 +119,7 @@ bool Daemon::refusal_log_due() {
 
 void Daemon::write_refusal(const std::string& text) {
   if (unlogged_refusals_ > 0) {
-    NC_LOG(kWarn, "{} (and {} more refusals or drops in the last second)", text,
+    NC_LOG(kWarn, "{} (and {} more refusals or drops since the last such line)", text,
            unlogged_refusals_);
   } else {
     NC_LOG(kWarn, "{}", text);
