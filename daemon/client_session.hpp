@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/segment.hpp"
 #include "nodecomm/ipc/socket.hpp"
@@ -28,7 +29,7 @@ class ClientSession {
   };
 
   ClientSession(uint32_t id, ipc::Fd fd, ipc::PeerCredentials cred)
-      : id_(id), fd_(std::move(fd)), cred_(cred) {}
+      : id_(id), fd_(std::move(fd)), cred_(cred), state_since_ns_(ipc::monotonic_ns()) {}
 
   uint32_t id() const { return id_; }
   int fd() const { return fd_.get(); }
@@ -36,7 +37,12 @@ class ClientSession {
   void close_socket() { fd_ = ipc::Fd(); }
   const ipc::PeerCredentials& cred() const { return cred_; }
   State state() const { return state_; }
-  void set_state(State s) { state_ = s; }
+  void set_state(State s) {
+    state_ = s;
+    state_since_ns_ = ipc::monotonic_ns();
+  }
+  // When it entered its state: the hello and mapping deadlines count from here.
+  uint64_t state_since_ns() const { return state_since_ns_; }
 
   // The segment while it is being backed (kBacking): not attached, so nothing touches its
   // pages before they exist.
@@ -72,18 +78,17 @@ class ClientSession {
   uint32_t world_rank = 0;
   // Set when the client broke the shared-memory protocol; the daemon then drops it.
   std::string violation;
-  // Set at accept when the daemon is at --max-clients: the hello is refused with it. Refusing
-  // only once the hello is read matters: closing a Unix socket with unread data resets it, and
-  // the client would lose the refusal.
-  std::string refusal;
   // Next sequence number expected from this client on each communicator.
   std::unordered_map<uint32_t, uint64_t> next_seq;
+  // Its operations filed in communicators and not yet completed (EngineLimits::max_in_flight).
+  uint64_t in_flight = 0;
 
  private:
   uint32_t id_;
   ipc::Fd fd_;
   ipc::PeerCredentials cred_;
   State state_ = State::kHello;
+  uint64_t state_since_ns_ = 0;
   ipc::Segment segment_;
   ipc::RingConsumer<proto::OpDescriptor> submissions_;
   ipc::RingProducer<proto::Completion> completions_;

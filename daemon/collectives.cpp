@@ -254,22 +254,22 @@ AllreduceHooks allreduce_hooks(CollectiveContext& ctx, Operation& op, const Shap
 // once, and every node's blocks are gathered; each daemon then sums the dequantized blocks
 // in node order, so all nodes hold identical bits and only the node's own rounding, carried
 // to the next step, is lost. Sums only (validated), so avg divides at delivery.
-std::string residual_key(const Communicator& comm, const Operation& op) {
-  const proto::OpDescriptor& d = op.first();
-  const std::string name(d.name, strnlen(d.name, sizeof(d.name)));
-  return fmt::format("{}/{}/{}", comm.id(), name, d.count);
-}
-
 TransportHandle start_allreduce_int8(CollectiveContext& ctx, Operation& op, const Shape& s) {
   const CommLayout& lay = ctx.comm.layout();
   const AllreduceHooks hooks = allreduce_hooks(ctx, op, s);
   if (s.count > 0) hooks.prepare(0, s.count);
   const size_t wire = wire_bytes(proto::Compression::kInt8, s.count);
   auto* blocks = static_cast<uint8_t*>(acquire(ctx, op.staging2, wire * lay.node_count));
-  std::vector<float>& residual = ctx.job.residuals[residual_key(ctx.comm, op)];
-  residual.resize(s.count, 0.0f);
+  const proto::OpDescriptor& d = op.first();
+  std::vector<float>* residual = ctx.job.residuals.find_or_add(
+      ctx.comm.id(), std::string(d.name, strnlen(d.name, sizeof(d.name))), s.count);
+  std::vector<float> unkept;  // a tensor too large to keep feedback for (--max-feedback-bytes)
+  if (residual == nullptr) {
+    unkept.assign(s.count, 0.0f);
+    residual = &unkept;
+  }
   wire_encode_with_feedback(proto::Compression::kInt8, static_cast<const float*>(op.staging.data),
-                            residual.data(), s.count, blocks + lay.node_index * wire);
+                            residual->data(), s.count, blocks + lay.node_index * wire);
   std::vector<size_t> bytes(lay.node_count, wire);
   std::vector<size_t> displs(lay.node_count);
   for (uint32_t n = 0; n < lay.node_count; ++n) displs[n] = n * wire;

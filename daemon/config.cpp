@@ -90,6 +90,7 @@ struct Vars {
   std::string fusion_threshold = std::to_string(c.sched.fusion_threshold_bytes);
   std::string sched_chunk = "auto";
   std::string sched_window = "auto";
+  std::string max_feedback_bytes = "4G";
 };
 
 struct Meta {
@@ -119,6 +120,38 @@ void define_settings(CLI::App& app, Vars& v) {
       ->capture_default_str();
   app.add_option("--max-clients", c.max_clients, "Clients attached at once")
       ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  app.add_option("--max-clients-per-uid", c.max_clients_per_uid,
+                 "Connections one uid may hold at once; one more is refused at once with "
+                 "NC_ERR_QUEUE_FULL (binds where it is below --max-clients)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  app.add_option("--hello-timeout-sec", c.hello_timeout_sec,
+                 "Drop a connection that has not said hello after this many seconds (0: never)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--map-timeout-sec", c.map_timeout_sec,
+                 "Drop a client that has not mapped its segment this many seconds after the "
+                 "hello reply (0: never)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--attach-timeout-sec", c.attach_timeout_sec,
+                 "Fail a job whose local ranks have not all attached this many seconds after the "
+                 "first one's hello, with NC_ERR_TIMEOUT naming the missing ranks (0: never)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  app.add_option("--max-in-flight", c.limits.max_in_flight,
+                 "Operations one client may have in the daemon at once; one more fails with "
+                 "NC_ERR_QUEUE_FULL and poisons its communicator (at least --ring-capacity)")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str();
+  app.add_option("--max-feedback-tensors", c.limits.max_feedback_tensors,
+                 "int8 error feedback: residuals kept per job; past this the least recently "
+                 "used is dropped (its tensor restarts from zero error)")
+      ->check(CLI::Range(1u, 1u << 24))
+      ->capture_default_str();
+  app.add_option("--max-feedback-bytes", v.max_feedback_bytes,
+                 "int8 error feedback: residual bytes kept per job (K, M, G suffixes)")
       ->capture_default_str();
   app.add_option("--ring-capacity", c.ring_capacity,
                  "Submission and completion ring entries per client (power of two)")
@@ -562,6 +595,18 @@ DaemonConfig parse_config(int argc, char** argv) {
   if (!proto::is_power_of_two(c.ring_capacity)) {
     usage_error(label("ring-capacity") + ": must be a power of two");
   }
+  if (c.limits.max_in_flight < c.ring_capacity) {
+    // The library lets a client have a ring's worth in flight: a lower cap would fail
+    // correct programs. Raised silently only when nobody asked for the lower one.
+    if (origins.at("max-in-flight").source != Source::kDefault) {
+      usage_error(fmt::format(
+          "{}: {} is below {} {} (a client may have that many operations in "
+          "flight)",
+          label("max-in-flight"), c.limits.max_in_flight, label("ring-capacity"), c.ring_capacity));
+    }
+    c.limits.max_in_flight = c.ring_capacity;
+  }
+  c.limits.max_feedback_bytes = bytes("max-feedback-bytes", v.max_feedback_bytes);
   c.default_arena_bytes = bytes("default-arena", v.default_arena);
   c.max_arena_bytes = bytes("max-arena", v.max_arena);
   c.staging_cache_bytes = bytes("staging-cache", v.staging_cache);

@@ -22,6 +22,16 @@ struct DaemonConfig {
   uint64_t default_arena_bytes = 64ULL << 20;
   uint64_t max_arena_bytes = 16ULL << 30;
   uint32_t max_clients = 256;
+  // Connections one uid may hold at once (attached, attaching or idle), so that one user's
+  // idle or flooding connections cannot use up max_clients for everyone else (the default is
+  // half the default max_clients; it binds only where it is below max_clients).
+  uint32_t max_clients_per_uid = 128;
+  // Deadlines on the control socket (seconds; 0: none): a connection must say hello within
+  // hello_timeout_sec, map its segment within map_timeout_sec of the reply, and its job's local
+  // ranks must all attach within attach_timeout_sec of the first one's hello.
+  double hello_timeout_sec = 10.0;
+  double map_timeout_sec = 10.0;
+  double attach_timeout_sec = 60.0;
   uint32_t ring_capacity = 256;
   uint64_t staging_cache_bytes = 1ULL << 30;
   // Staging that operations in flight may reserve, all jobs together and one job; 0: no cap.

@@ -40,6 +40,11 @@ constexpr uint64_t kListenTag = 0;           // client ids start at 1
 constexpr uint64_t kSocketCheckNs = 50'000;  // socket poll interval while busy
 constexpr uint64_t kHeartbeatNs = 10'000'000;
 constexpr int kParkTimeoutMs = 100;
+// Bounded work per readiness event: a client that keeps its socket full, or a flood of
+// connections, gets this much of the loop per pass and waits for the next (epoll is level-
+// triggered, so what is left is reported again); the jobs' rings are served in between.
+constexpr int kMessagesPerEvent = 16;
+constexpr int kAcceptsPerEvent = 16;
 
 }  // namespace
 
@@ -281,6 +286,7 @@ void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
   check_peers(now);
   check_client_heartbeats(now);
+  check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
   counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
                          transport_);
@@ -305,6 +311,11 @@ std::string Daemon::status_line() {
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
+  if (accepts_paused_) {
+    resume_accepts(ipc::monotonic_ns());
+    // Paused: look again within a millisecond, when the next connection may be taken.
+    if (accepts_paused_) timeout_ms = std::min(timeout_ms, 1);
+  }
   epoll_event events[64];
   const int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout_ms);
   size_t work = 0;
@@ -324,11 +335,21 @@ size_t Daemon::service_sockets(int timeout_ms) {
 }
 
 void Daemon::accept_clients() {
-  for (;;) {
+  for (int accepted = 0; accepted < kAcceptsPerEvent; ++accepted) {
+    if (!accept_allowed(ipc::monotonic_ns())) return;
     ipc::Fd fd = ipc::accept_unix(listen_fd_.get());
-    if (!fd.valid()) return;
+    if (!fd.valid()) {
+      accept_tokens_ += 1;  // nothing was waiting: the token is not spent
+      return;
+    }
     const auto cred = ipc::peer_credentials(fd.get());
     if (!cred) continue;
+    // Refused at once, answering its hello: it never holds a slot, so connections over a
+    // limit cannot use up --max-clients for others.
+    if (std::string limit = connection_limit(*cred); !limit.empty()) {
+      refuse_connection(std::move(fd), *cred, limit);
+      continue;
+    }
     const uint32_t id = next_client_id_++;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
@@ -339,17 +360,12 @@ void Daemon::accept_clients() {
     counters_.client_accepted();
     idle_ = ipc::IdleStrategy(
         ipc::IdleConfig::for_mode(config_.idle, static_cast<unsigned>(clients_.size()) + 1));
-    if (clients_.size() > config_.max_clients) {
-      clients_[id]->refusal = fmt::format(
-          "nodecommd instance '{}' already serves {} clients (the limit, --max-clients)",
-          config_.instance, config_.max_clients);
-    }
   }
 }
 
 void Daemon::on_readable(ClientSession& client) {
   alignas(8) uint8_t buffer[proto::kMaxControlMessageBytes];
-  for (;;) {
+  for (int handled = 0; handled < kMessagesPerEvent; ++handled) {
     size_t size = 0;
     ipc::Fd passed;  // only a kRegister carries one; any other is closed unused
     const ipc::IoResult r = ipc::recv_message(client.fd(), buffer, sizeof(buffer), size, &passed);
@@ -361,7 +377,15 @@ void Daemon::on_readable(ClientSession& client) {
     uint32_t type = 0;
     if (size >= sizeof(type)) std::memcpy(&type, buffer, sizeof(type));
     const auto kind = static_cast<proto::ControlType>(type);
-    if (kind == proto::ControlType::kWake && size == sizeof(proto::Wake)) continue;
+    if (kind == proto::ControlType::kWake && size == sizeof(proto::Wake)) {
+      if (client.state() == ClientSession::State::kJoined) continue;
+      // Only a job's members have rings to serve; anyone else's wake-ups only cost the loop.
+      part_with(client, proto::Status::kProtocol,
+                fmt::format("protocol violation: a wake-up message before joining a job (only a "
+                            "job's attached ranks may send them; this connection is in state {})",
+                            client.state() == ClientSession::State::kHello ? "hello" : "mapping"));
+      return;
+    }
     if (kind == proto::ControlType::kHello && size == sizeof(proto::Hello) &&
         client.state() == ClientSession::State::kHello) {
       proto::Hello hello;
@@ -375,6 +399,10 @@ void Daemon::on_readable(ClientSession& client) {
       proto::AdminRequest request;
       std::memcpy(&request, buffer, sizeof(request));
       on_admin(client, request);
+      // One request per connection, as nodecommctl sends: more would let one connection
+      // repeat refused requests (and their log lines) at the loop's pace.
+      drop(client, "admin request answered");
+      return;
     } else if (kind == proto::ControlType::kRegister && size == sizeof(proto::Register) &&
                client.state() == ClientSession::State::kJoined) {
       proto::Register request;
@@ -401,7 +429,7 @@ void Daemon::reply_hello_error(ClientSession& client, proto::Status status,
   // The text may quote another user's job name, which then reaches this user's terminal.
   ipc::copy_text(reply.message, ipc::printable(text));
   ipc::send_message(client.fd(), &reply, sizeof(reply));
-  NC_LOG(kWarn, "client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
+  log_refusal("client {} (pid {}) refused: {}", client.id(), client.cred().pid, text);
   drop(client, "refused at attach");
 }
 
@@ -434,7 +462,6 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
     return reply_hello_error(client, Status::kInvalidArgument, "job name is empty or unterminated");
   }
   const std::string job_name = hello.job;
-  if (!client.refusal.empty()) return reply_hello_error(client, Status::kQueueFull, client.refusal);
   if (!lost_peer_.empty()) {
     return reply_hello_error(client, Status::kPeerLost,
                              fmt::format("this daemon's group cannot run jobs any more: {}; "
@@ -751,6 +778,7 @@ void Daemon::reap() {
         if (member != nullptr) member->job = nullptr;
       }
       job_.reset();
+      job_since_ns_ = 0;
       transport_.set_tuning(engine_.algorithm_tuning());  // drop what the job's rounds agreed
       Log::get().set_job({});
     }

@@ -4,6 +4,8 @@
 // processes, one polling thread that backs off is cheaper than two that compete.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -80,6 +82,29 @@ class Daemon {
   void check_peers(uint64_t now);
   // Drops joined clients whose library stopped writing its heartbeat.
   void check_client_heartbeats(uint64_t now);
+  // The control socket's limits (control_limits.cpp). check_deadlines: hello, mapping and
+  // attach deadlines. connection_limit: why a new connection from this peer is refused, or "".
+  void check_deadlines(uint64_t now);
+  size_t connections_of(uint32_t uid) const;
+  std::string connection_limit(const ipc::PeerCredentials& cred) const;
+  // Answers a refused connection's hello with `text` (NC_ERR_QUEUE_FULL) and closes it.
+  void refuse_connection(ipc::Fd fd, const ipc::PeerCredentials& cred, const std::string& text);
+  // Tells a client why it is dropped where its library waits for an answer, then drops it.
+  void part_with(ClientSession& client, proto::Status status, const std::string& why);
+  // Warns about a refusal or drop, at most once a second (a flood must not flood the log);
+  // the text is only formatted when it is written.
+  template <class... Args>
+  void log_refusal(fmt::format_string<Args...> format, Args&&... args) {
+    if (refusal_log_due()) write_refusal(fmt::format(format, std::forward<Args>(args)...));
+  }
+  bool refusal_log_due();
+  void write_refusal(const std::string& text);
+  // Paces accepting: a token bucket of connections; when it is empty the listening socket
+  // leaves the epoll set, so a connection flood waits in the kernel's backlog (and in the
+  // flooder's connect) instead of taking the loop. resume_accepts puts it back once a token
+  // has been earned.
+  bool accept_allowed(uint64_t now);
+  void resume_accepts(uint64_t now);
 
   DaemonConfig config_;
   Transport& transport_;
@@ -100,6 +125,12 @@ class Daemon {
   uint64_t last_heartbeat_ns_ = 0;
   uint64_t last_network_activity_ = 0;
   uint64_t last_work_ns_ = 0;
+  uint64_t job_since_ns_ = 0;  // when the attach deadline of job_ started counting
+  uint64_t last_refusal_log_ns_ = 0;
+  uint64_t unlogged_refusals_ = 0;
+  double accept_tokens_ = 0;  // filled to the burst at the first accept
+  uint64_t accept_refill_ns_ = 0;
+  bool accepts_paused_ = false;
   static constexpr uint64_t kShallowParkNs = 2'000'000;
   // Segment bytes backed per loop turn: about 35 ms at 0.57 s/GiB, well inside the peers'
   // heartbeat period, so that a 16 GiB arena does not make them declare this node lost.

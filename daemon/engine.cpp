@@ -37,6 +37,7 @@ std::string who(const Job& job, const ClientSession& member) {
 size_t Engine::poll(Job& job) {
   transport_.begin_pass();
   staging_.set_owner(job.serial);  // a new job never sees staging another one used
+  job.residuals.set_limits(limits_.max_feedback_tensors, limits_.max_feedback_bytes);
   size_t work = 0;
   const uint64_t now_ns = ipc::monotonic_ns();
   if (now_ns - last_stall_check_ns_ >= 1'000'000'000ull) {
@@ -147,6 +148,22 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
                          comm.poison_reason()));
     return;
   }
+  if (member.in_flight >= limits_.max_in_flight) {
+    // Filing it would let a rank that posts far ahead of its peers grow the daemon without
+    // bound. Its sequence number is consumed, so the peers could never complete it: the
+    // communicator fails for everyone, as after an invalid operation (NCCL likewise leaves a
+    // communicator unusable after an error).
+    const std::string text = fmt::format(
+        "{} {} seq {} on comm {}: {} operations of this rank are already in flight in "
+        "nodecommd, the limit (--max-in-flight {}); it posted too far ahead of its peers",
+        who(job, member), describe_submission(desc), desc.seq, comm.id(), member.in_flight,
+        limits_.max_in_flight);
+    fail_one(member, desc, Status::kQueueFull, text);
+    comm.poison(Status::kQueueFull, text);
+    notices_.push_back({member.world_rank, Status::kQueueFull, text});
+    return;
+  }
+  ++member.in_flight;  // until Engine::complete delivers it
   Operation& op = comm.add(static_cast<uint32_t>(k), submission);
   if (op.arrived < comm.local_size()) return;
   std::string text;
@@ -341,6 +358,10 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
   const auto collective = static_cast<proto::Collective>(op.first().collective);
   if (collective == proto::Collective::kCommFree) {
     comm.freed = true;
+    if (const size_t n = job.residuals.drop_comm(comm.id()); n > 0) {
+      NC_LOG(kDebug, "job {}: comm {} freed with {} int8 error-feedback residual(s)", job.name,
+             comm.id(), n);
+    }
     complete(job, comm, op, Status::kOk, {});
     return;
   }
@@ -408,6 +429,7 @@ void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status
   for (size_t k = 0; k < op.slots.size(); ++k) {
     ClientSession* member = job.members[lay.members[k]];
     if (!op.slots[k] || member == nullptr) continue;
+    if (member->in_flight > 0) --member->in_flight;
     proto::Completion c{};
     c.correlation_id = op.slots[k]->desc.correlation_id;
     c.seq = op.seq;

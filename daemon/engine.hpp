@@ -25,6 +25,15 @@ struct EngineLimits {
   // other nodes: reported in the log after stall_sec, failed after op_timeout_sec (0: never).
   uint32_t stall_sec = 60;
   uint32_t op_timeout_sec = 600;
+  // Operations one member may have in the daemon at once (submitted, not yet completed), over
+  // all its communicators; one more fails with NC_ERR_QUEUE_FULL and poisons its communicator.
+  // The library never has more than its ring capacity in flight, so this only stops a client
+  // that posts far ahead of its peers from growing the daemon.
+  uint32_t max_in_flight = 4096;
+  // int8 error feedback: residuals kept per job (tensors and bytes); the least recently used
+  // is dropped past either (feedback_state.hpp).
+  uint32_t max_feedback_tensors = 4096;
+  uint64_t max_feedback_bytes = uint64_t{4} << 30;
 };
 
 class Engine {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "feedback_state.hpp"
 #include "nodecomm/proto/abi.hpp"
 #include "schedule.hpp"
 #include "staging.hpp"
@@ -164,8 +165,8 @@ class Job {
   std::string failure;
   // Scheduling overrides from local rank 0's environment (NODECOMM_PRIORITY_POLICY, ...).
   proto::JobTuning requested{-1, -1, -1, -1};
-  // int8 error feedback: each tensor's residual, by (comm, name, count).
-  std::map<std::string, std::vector<float>> residuals;
+  // int8 error feedback: each tensor's residual, by (comm, name, count), bounded.
+  FeedbackState residuals;
 
   // Placement, known once the daemons have exchanged their local counts.
   uint32_t node_index = 0;
