@@ -21,7 +21,7 @@ SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-
 CI_TESTS='^(allreduce_2x2|allreduce_3x312_(ring|rd)|schedule_3x312_(direct_fusion_on|none_fusion_off)|compress_(bf16|int8)_3x2|collectives_2x2|collectives_registered_2x2|comms_3x3_1_2|cpp_api_2x2|bench_check_2x2_odd_sizes|errors_.*|error_.*|requests_in_flight_2x2|hostile_.*|limits|ctl_live_2x2)$'
 CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_api_tests allreduce_check
             collectives_check comm_check cpp_api_check schedule_check error_paths
-            hostile_client hostile_segments hostile_control nodecomm-bench nodecommctl
+            hostile_client hostile_segments hostile_control hostile_counts nodecomm-bench nodecommctl
             ctl_counters_test fuzz_decoder_replay fuzz_session_replay)
 
 # CI compiles Highway's kernels for AVX2 and the baseline only (HWY_DISABLED_TARGETS: SSSE3,
