@@ -112,13 +112,18 @@ python3 -c "import sys; sys.exit(0 if float('$after') >= 2 * float('$before') el
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
   rt=$(json 'd["runtime_dir"]' <"$work/status.json")
   chmod o+x "$(dirname "$rt")"  # the launcher's mkdtemp directory, so nobody reaches the socket
-  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" set chunk-size 128K --instance "$I0" 2>&1 >/dev/null)
+  # nobody runs a copy of nodecommctl: the checkout may be out of its reach (root's 0700 home).
+  source "$HERE/../integration/other_uid_copy.sh"
+  chmod 0755 "$work"
+  copy_for_other_uid "$work/other" "$CTL" || fail "cannot copy nodecommctl to $work/other"
+  OCTL=$work/other/bin/nodecommctl
+  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$OCTL" set chunk-size 128K --instance "$I0" 2>&1 >/dev/null)
   rc=$?
   [ "$rc" -eq 1 ] && echo "$err" | grep -q "^nodecommctl: set chunk-size refused .*permission denied: uid 65534" &&
     pass "set refused for uid 65534: $err" || fail "set as nobody: exit $rc: $err"
   [ "$("$CTL" get chunk-size --instance "$I0")" = 64K ] && pass "the refused set changed nothing" ||
     fail "the refused set changed chunk-size"
-  setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" status --instance "$I0" >/dev/null &&
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$OCTL" status --instance "$I0" >/dev/null &&
     pass "status works for uid 65534 (counters are 0644)" || fail "status as nobody"
   # admin-group: a member (primary group, or supplementary via SO_PEERGROUPS) may set.
   if getent group nogroup >/dev/null; then
@@ -129,8 +134,8 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
       >"$work/admin.log" 2>&1 &
     admin_pid=$!
     for _ in $(seq 100); do [ -f "$work/admin-rt/nodecommd.ready" ] && break; sleep 0.1; done
-    as_member() { setpriv --reuid=65534 --regid=0 --groups="$gid" "$CTL" "$@" --instance "ctl-admin-$$"; }
-    as_other() { setpriv --reuid=65534 --regid=0 --clear-groups "$CTL" "$@" --instance "ctl-admin-$$"; }
+    as_member() { setpriv --reuid=65534 --regid=0 --groups="$gid" "$OCTL" "$@" --instance "ctl-admin-$$"; }
+    as_other() { setpriv --reuid=65534 --regid=0 --clear-groups "$OCTL" "$@" --instance "ctl-admin-$$"; }
     as_member set log-level debug >/dev/null && pass "admin-group member (supplementary group) may set" ||
       fail "admin-group member refused"
     err=$(as_other set log-level info 2>&1)
