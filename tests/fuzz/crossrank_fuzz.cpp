@@ -17,10 +17,19 @@
 //     from s's buffer for d equals what d's daemon delivers into d's buffer from s. A longer
 //     delivery hands d bytes this operation never staged (staging of an earlier job), a
 //     shorter one leaves part of d's buffer stale.
-// The last one is the count agreement of issue 16, point 2 (alltoallv send_i[j] == recv_j[i];
+// Then the same submissions go through a real daemon::Engine, all ranks on one node
+// (crossrank_engine.cpp: real ClientSessions and segments, the loopback transport, one staging
+// pool for every input, poisoned at first): either every rank's completion is an error and no
+// arena changed, or every rank's completion is OK, the fields agree, and every arena holds
+// exactly what a reference computed from the arenas before (the moved blocks; reduction
+// results are not computed) and nothing else changed. This part runs whatever checks
+// Engine::accept has, with no change here.
+// The count agreement of issue 16, point 2 (alltoallv send_i[j] == recv_j[i];
 // allgatherv counts equal on every node). Until the daemon enforces it, a violation is
 // reported once on stderr and not fatal; NODECOMM_FUZZ_COUNT_AGREEMENT=1 makes it fatal
-// (kCountAgreementFatal flips the default).
+// (kCountAgreementFatal flips the default). Today an alltoallv whose counts disagree
+// is accepted by the engine, and the receiver gets bytes from the staging pool (0xee, its
+// poison, or what an earlier input left there).
 //
 // Built by tests/fuzz/CMakeLists.txt (clang, libFuzzer, ASan, UBSan; tools/fuzz.sh SECONDS
 // crossrank) and, without libFuzzer, into the main build's fuzz_crossrank_replay (the
@@ -36,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "crossrank_engine.hpp"
 #include "crossrank_input.hpp"
 #include "fuzz_input.hpp"
 #include "job.hpp"
@@ -99,6 +109,21 @@ struct Setup {
   std::vector<std::vector<uint32_t>> ranks_by_node;  // comm ranks, ascending
 };
 
+// The arenas' contents besides the count arrays: different at every byte and for every rank,
+// so that a block delivered from the wrong place or rank shows.
+const std::vector<uint8_t>& pattern(size_t rank) {
+  static const std::vector<std::vector<uint8_t>> patterns = [] {
+    std::vector<std::vector<uint8_t>> all(kMaxRanks, std::vector<uint8_t>(kEngineArena));
+    for (size_t r = 0; r < kMaxRanks; ++r) {
+      for (size_t i = 0; i < kEngineArena; ++i) {
+        all[r][i] = static_cast<uint8_t>(r * 67 + i * 13 + i / 251 + 5);
+      }
+    }
+    return all;
+  }();
+  return patterns[rank];
+}
+
 Setup decode(Input& in) {
   Setup s;
   CrossRankPrefix p{};
@@ -122,7 +147,7 @@ Setup decode(Input& in) {
     in.bytes(&rank.d, sizeof(rank.d));
     rank.d.seq = 1;
     rank.d.comm_id = 0;
-    rank.arena.assign((1 + in.get<uint16_t>() % kMaxArenaKiB) * size_t{1024}, 0);
+    rank.arena = pattern(static_cast<size_t>(&rank - s.ranks.data()));
     const uint64_t entries =
         rank.d.collective < static_cast<uint16_t>(Collective::kCount)
             ? proto::aux_entries(static_cast<Collective>(rank.d.collective), s.size)
@@ -214,18 +239,20 @@ void check_extent(const Rank& rank, uint64_t offset, u128 elems, size_t elem, co
   (void)sink;
 }
 
-// Every buffer extent the daemons touch and every transfer, for an accepted operation.
-// `first_aux[n]` is node n's first member's count arrays, which the daemon stages by.
-void check_accepted(const Setup& s) {
+// Every buffer extent the daemons touch and every transfer, for an accepted operation; the
+// daemon stages allgatherv by each node's first member's count arrays. Returns whether every
+// transfer is as long on both sides.
+bool check_accepted(const Setup& s) {
   const OpDescriptor& ref = s.ranks[0].d;
   const auto c = static_cast<Collective>(ref.collective);
   for (const Rank& rank : s.ranks) FUZZ_CHECK(rank.d.collective == ref.collective);
   if (c == Collective::kCommSplit || c == Collective::kCommFree || c == Collective::kBarrier) {
-    return;  // no buffers
+    return true;  // no buffers
   }
   const size_t elem = proto::dtype_size(static_cast<proto::DType>(ref.dtype));
   for (const Rank& rank : s.ranks) FUZZ_CHECK(rank.d.dtype == ref.dtype);
   const uint32_t n = s.size;
+  bool agree = true;
   if (c == Collective::kAllgatherv) {
     for (uint32_t d = 0; d < n; ++d) {
       // Delivery into d uses d's node's first member's counts and d's own displacements.
@@ -240,6 +267,7 @@ void check_accepted(const Setup& s) {
         FUZZ_CHECK(staged == sender.d.count);  // same node: the arrays agree (checked above)
         check_extent(sender, sender.d.send_offset, staged, elem, "allgatherv send buffer", src);
         if (staged != counts[src]) {
+          agree = false;
           count_violation(fmt::format("allgatherv: rank {} (node {}) sends {} elements, rank {} "
                                       "(node {}) receives {} from it",
                                       src, sender.node, staged, d, receiver.node, counts[src]),
@@ -247,7 +275,7 @@ void check_accepted(const Setup& s) {
         }
       }
     }
-    return;
+    return agree;
   }
   if (c == Collective::kAlltoallv) {
     for (uint32_t src = 0; src < n; ++src) {
@@ -261,6 +289,7 @@ void check_accepted(const Setup& s) {
         check_extent(receiver, receiver.d.recv_offset + receiver.aux[size_t{3} * n + src] * elem,
                      expected, elem, "alltoallv receive block", d);
         if (sent != expected) {
+          agree = false;
           count_violation(fmt::format("alltoallv: rank {} (node {}) sends {} elements to rank {} "
                                       "(node {}), which receives {} from it",
                                       src, sender.node, sent, d, receiver.node, expected),
@@ -268,7 +297,7 @@ void check_accepted(const Setup& s) {
         }
       }
     }
-    return;
+    return agree;
   }
   // Fixed-count collectives: every rank's block is the same, so is the root and the reduction.
   for (uint32_t r = 0; r < n; ++r) {
@@ -284,10 +313,149 @@ void check_accepted(const Setup& s) {
     if (!in_place || e.recv == 0) check_extent(s.ranks[r], d.send_offset, e.send, elem, "send", r);
     if (!in_place || e.send == 0) check_extent(s.ranks[r], d.recv_offset, e.recv, elem, "recv", r);
   }
+  return true;
 }
 
-void fuzz_operation(Input& in) {
-  Setup s = decode(in);
+// What every rank's arena holds after an operation the engine accepted, computed from the
+// arenas before it (the daemon reads every input before it writes an output). `unknown` lists
+// the bytes whose value this oracle does not compute (reduction results): rank, offset, bytes.
+struct Expected {
+  struct Range {
+    uint32_t rank;
+    uint64_t offset;
+    uint64_t bytes;
+  };
+  std::vector<std::vector<uint8_t>> arenas;
+  std::vector<Range> unknown;
+};
+
+Expected expected_after(const Setup& s) {
+  Expected e;
+  for (const Rank& rank : s.ranks) e.arenas.push_back(rank.arena);
+  const OpDescriptor& ref = s.ranks[0].d;
+  const auto c = static_cast<Collective>(ref.collective);
+  const size_t elem = proto::dtype_size(static_cast<proto::DType>(ref.dtype));
+  const uint32_t n = s.size;
+  const size_t block = ref.count * elem;
+  // Offsets and lengths were checked against the arenas (check_accepted) before this runs.
+  const auto copy = [&](uint32_t dst, uint64_t dst_offset, uint32_t src, uint64_t src_offset,
+                        uint64_t bytes) {
+    if (bytes > 0) {
+      std::memcpy(e.arenas[dst].data() + dst_offset, s.ranks[src].arena.data() + src_offset, bytes);
+    }
+  };
+  const auto& rk = s.ranks;
+  switch (c) {
+    case Collective::kBroadcast:
+      for (uint32_t d = 0; d < n; ++d)
+        copy(d, rk[d].d.recv_offset, ref.root, rk[ref.root].d.send_offset, block);
+      break;
+    case Collective::kGather:
+      for (uint32_t src = 0; src < n; ++src) {
+        copy(ref.root, rk[ref.root].d.recv_offset + src * block, src, rk[src].d.send_offset, block);
+      }
+      break;
+    case Collective::kScatter:
+      for (uint32_t d = 0; d < n; ++d) {
+        copy(d, rk[d].d.recv_offset, ref.root, rk[ref.root].d.send_offset + d * block, block);
+      }
+      break;
+    case Collective::kAllgather:
+      for (uint32_t d = 0; d < n; ++d) {
+        for (uint32_t src = 0; src < n; ++src) {
+          copy(d, rk[d].d.recv_offset + src * block, src, rk[src].d.send_offset, block);
+        }
+      }
+      break;
+    case Collective::kAlltoall:
+      for (uint32_t d = 0; d < n; ++d) {
+        for (uint32_t src = 0; src < n; ++src) {
+          copy(d, rk[d].d.recv_offset + src * block, src, rk[src].d.send_offset + d * block, block);
+        }
+      }
+      break;
+    case Collective::kAllgatherv:
+      for (uint32_t d = 0; d < n; ++d) {
+        for (uint32_t src = 0; src < n; ++src) {
+          copy(d, rk[d].d.recv_offset + rk[d].aux[n + src] * elem, src, rk[src].d.send_offset,
+               rk[0].aux[src] * elem);
+        }
+      }
+      break;
+    case Collective::kAlltoallv:
+      for (uint32_t d = 0; d < n; ++d) {
+        for (uint32_t src = 0; src < n; ++src) {
+          copy(d, rk[d].d.recv_offset + rk[d].aux[size_t{3} * n + src] * elem, src,
+               rk[src].d.send_offset + rk[src].aux[n + d] * elem, rk[src].aux[d] * elem);
+        }
+      }
+      break;
+    case Collective::kAllreduce:
+    case Collective::kReduce:
+    case Collective::kReduceScatter:
+      for (uint32_t r = 0; r < n; ++r) {
+        const uint64_t bytes = proto::buffer_elems(c, ref.count, n, ref.root == r).recv * elem;
+        e.unknown.push_back({r, rk[r].d.recv_offset, bytes});
+      }
+      break;
+    default:
+      break;
+  }
+  return e;
+}
+
+// The same operation through the real engine, every rank on one node: it is refused for every
+// rank and moves no data, or it completes for every rank with exactly the expected bytes in
+// every arena (and nothing else changed).
+void check_engine(const Setup& s) {
+  std::vector<EngineRank> ranks;
+  for (const Rank& rank : s.ranks) ranks.push_back({rank.d, rank.arena});
+  const EngineOutcome out =
+      run_on_engine(ranks, [](const std::string& what, int line) { oracle_failed(what, line); });
+  uint32_t ok = 0;
+  for (const proto::Completion& c : out.completions) {
+    if (c.status == static_cast<int32_t>(proto::Status::kOk)) {
+      ++ok;
+    } else {
+      FUZZ_CHECK(c.message[0] != '\0');
+    }
+  }
+  if (ok < s.size) {
+    FUZZ_CHECK(ok == 0);  // no rank completes an operation another rank's daemon refused
+    for (uint32_t r = 0; r < s.size; ++r) FUZZ_CHECK(out.arenas[r] == s.ranks[r].arena);
+    return;
+  }
+  for (const Rank& rank : s.ranks) FUZZ_CHECK(rank.verdict.ok());
+  Setup one = s;
+  one.node_count = 1;
+  one.ranks_by_node.assign(1, {});
+  for (uint32_t r = 0; r < s.size; ++r) {
+    one.ranks[r].node = 0;
+    one.ranks_by_node[0].push_back(r);
+  }
+  // Transfers of different lengths on the two sides cannot deliver the expected bytes; the
+  // count agreement oracle has reported them.
+  if (!check_accepted(one)) return;
+  Expected e = expected_after(one);
+  for (const Expected::Range& u : e.unknown) {
+    std::memcpy(e.arenas[u.rank].data() + u.offset, out.arenas[u.rank].data() + u.offset, u.bytes);
+  }
+  for (uint32_t r = 0; r < s.size; ++r) {
+    if (out.arenas[r] == e.arenas[r]) continue;
+    for (size_t i = 0; i < kEngineArena; ++i) {
+      if (out.arenas[r][i] != e.arenas[r][i]) {
+        oracle_failed(fmt::format("{} on {} ranks: rank {}'s arena byte {} is {:#04x} after the "
+                                  "operation, expected {:#04x} (before: {:#04x})",
+                                  daemon::describe_submission(s.ranks[r].d), s.size, r, i,
+                                  out.arenas[r][i], e.arenas[r][i], s.ranks[r].arena[i]),
+                      __LINE__);
+      }
+    }
+  }
+}
+
+// The daemons' decision from every node's point of view, and its oracle.
+void check_model(Setup& s) {
   bool accepted = true;
   for (uint32_t r = 0; r < s.size; ++r) {
     intake(s.ranks[r], s.size, r);
@@ -327,6 +495,12 @@ void fuzz_operation(Input& in) {
     FUZZ_CHECK(!daemon::cross_node_disagreement(0, 1, by_node, first_layout).empty());
   }
   if (accepted) check_accepted(s);
+}
+
+void fuzz_operation(Input& in) {
+  Setup s = decode(in);
+  check_model(s);
+  check_engine(s);
 }
 
 }  // namespace

@@ -8,9 +8,10 @@
 //   per rank r < size:
 //     OpDescriptor (112 bytes; seq and comm_id are forced to 1 and 0: ring order and
 //                   communicator lookup are the decoder fuzzer's business)
-//     u16 arena_kib  the rank's arena: 1 + arena_kib % kMaxArenaKiB KiB
 //     u64 x aux_entries(collective of this rank, size): its count arrays, which the harness
-//                   writes into the rank's arena at aux_offset when they fit there
+//                   writes into the rank's arena (kEngineArena bytes, crossrank_engine.hpp,
+//                   otherwise filled with a pattern of the rank's own) at aux_offset when
+//                   they fit there
 // Past the end every byte reads as zero (Input in fuzz_input.hpp).
 #pragma once
 
@@ -19,7 +20,6 @@
 namespace nodecomm::fuzz {
 
 inline constexpr uint32_t kMaxRanks = 4;
-inline constexpr uint32_t kMaxArenaKiB = 16;
 
 struct CrossRankPrefix {
   uint8_t size;

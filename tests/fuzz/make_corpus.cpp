@@ -239,9 +239,9 @@ struct CrossRankSeed {
   std::vector<std::vector<uint64_t>> aux;  // by rank; empty for fixed-count collectives
 };
 
-constexpr uint16_t kSeedArenaKiB = 16;
-constexpr uint64_t kSeedRecv = 4096;
-constexpr uint64_t kSeedAux = 12288;
+constexpr uint64_t kSeedArena = 4096;  // crossrank_engine.hpp's kEngineArena
+constexpr uint64_t kSeedRecv = 1024;
+constexpr uint64_t kSeedAux = 3072;
 
 std::vector<OpDescriptor> same(uint32_t size, const OpDescriptor& d) {
   return std::vector<OpDescriptor>(size, d);
@@ -306,14 +306,14 @@ bool write_crossrank(const std::string& dir, const CrossRankSeed& seed) {
   w.put(p);
   for (uint32_t r = 0; r < size; ++r) {
     std::vector<uint64_t> aux = r < seed.aux.size() ? seed.aux[r] : std::vector<uint64_t>{};
-    ipc::ValidationLimits lim{kSeedArenaKiB * uint64_t{1024}, uint64_t{1} << 34, size, r};
+    ipc::ValidationLimits lim{kSeedArena, uint64_t{1} << 34, size, r};
     lim.aux = aux.empty() ? nullptr : aux.data();
     if (ipc::Verdict v = ipc::validate_descriptor(seed.d[r], lim); !v.ok()) {
       std::fprintf(stderr, "make_corpus: cross-rank seed %s, rank %u is not valid: %s\n", seed.name,
                    r, v.message.c_str());
       return false;
     }
-    w.put(seed.d[r]).put(static_cast<uint16_t>(kSeedArenaKiB - 1));
+    w.put(seed.d[r]);
     for (uint64_t v : aux) w.put(v);
   }
   if (!write_file(dir + "/op_" + seed.name, w.out)) {
