@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests that run programs as another uid (second_uid.sh, ctl_live.sh,
 # consumer_check.sh). The checkout may sit where that uid cannot reach it, such as root's 0700
 # home on a fresh machine, so such a test runs copies instead: the programs and the libraries
