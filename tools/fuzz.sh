@@ -7,6 +7,9 @@
 #   bash tools/fuzz.sh 60 session      # the daemon's ClientSession over a segment whose header,
 #                                      # doorbells and ring lines the client scribbles, from
 #                                      # tests/fuzz/corpus-session
+#   bash tools/fuzz.sh 60 crossrank    # one operation as all of its ranks (1-4, on 1-4 nodes)
+#                                      # submitted it: intake, matching and the cross-node
+#                                      # check, from tests/fuzz/corpus-crossrank
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_CXX (default clang++), FUZZ_JOBS
 # (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
 # Exit status: 0 if no input crashed, hung or tripped a sanitizer or an oracle; 1 if one did
@@ -21,7 +24,8 @@ target=${2:-decoder}
 case "$target" in
   decoder) seeds=tests/fuzz/corpus ;;
   session) seeds=tests/fuzz/corpus-session ;;
-  *) echo "fuzz: unknown target '$target' (decoder or session)" >&2; exit 2 ;;
+  crossrank) seeds=tests/fuzz/corpus-crossrank ;;
+  *) echo "fuzz: unknown target '$target' (decoder, session or crossrank)" >&2; exit 2 ;;
 esac
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${FUZZ_CXX:-clang++}

@@ -3,13 +3,18 @@
 # missing (idempotent: a second run installs nothing). Needs root, or sudo for apt-get.
 set -euo pipefail
 
+# Besides the libraries: `file` (CPack's .deb generator runs it to find the ELF files for
+# dpkg-shlibdeps, test package_deb), util-linux (setpriv, runuser, unshare), passwd (useradd)
+# and procps (pgrep) for the tests; a minimal Debian 12 (debootstrap --variant=minbase) has
+# neither `file` nor procps. The list was checked against such a root: every program the tests,
+# tools/test.sh and tools/sanitize.sh run comes from it or from an Essential package.
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git file
   openmpi-bin libopenmpi-dev
   libboost-dev libhwloc-dev libnuma-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libhwy-dev libxxhash-dev
-  iproute2 procps util-linux gnuplot-nox
+  iproute2 procps util-linux passwd gnuplot-nox
   systemd
   clang libclang-rt-dev
   python3-numpy python3-torch

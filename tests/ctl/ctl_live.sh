@@ -112,7 +112,12 @@ python3 -c "import sys; sys.exit(0 if float('$after') >= 2 * float('$before') el
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
   rt=$(json 'd["runtime_dir"]' <"$work/status.json")
   chmod o+x "$(dirname "$rt")"  # the launcher's mkdtemp directory, so nobody reaches the socket
-  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" set chunk-size 128K --instance "$I0" 2>&1 >/dev/null)
+  # nobody runs a copy of nodecommctl: the checkout may be out of its reach (root's 0700 home).
+  source "$HERE/../integration/other_uid_copy.sh"
+  chmod 0755 "$work"
+  copy_for_other_uid "$work/other" "$CTL" || fail "cannot copy nodecommctl to $work/other"
+  OCTL=$work/other/bin/nodecommctl
+  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$OCTL" set chunk-size 128K --instance "$I0" 2>&1 >/dev/null)
   rc=$?
   # Refused before it reaches the daemon: nodecommctl finds the socket in the counters, which
   # uid 65534 may not read (0600).
@@ -121,7 +126,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
   [ "$("$CTL" get chunk-size --instance "$I0")" = 64K ] && pass "the refused set changed nothing" ||
     fail "the refused set changed chunk-size"
   # The counters name other users' jobs: 0600 without an admin-group (issue 16, point 7).
-  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$CTL" status --instance "$I0" 2>&1 >/dev/null)
+  err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$OCTL" status --instance "$I0" 2>&1 >/dev/null)
   [ $? -eq 1 ] && echo "$err" | grep -q "permission denied reading /dev/shm/nodecomm.$I0.counters" &&
     pass "status refused for uid 65534 (counters are 0600): $err" || fail "status as nobody: $err"
   # admin-group: a member (primary group, or supplementary via SO_PEERGROUPS) may set.
@@ -133,8 +138,8 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
       >"$work/admin.log" 2>&1 &
     admin_pid=$!
     for _ in $(seq 100); do [ -f "$work/admin-rt/nodecommd.ready" ] && break; sleep 0.1; done
-    as_member() { setpriv --reuid=65534 --regid=0 --groups="$gid" "$CTL" "$@" --instance "ctl-admin-$$"; }
-    as_other() { setpriv --reuid=65534 --regid=0 --clear-groups "$CTL" "$@" --instance "ctl-admin-$$"; }
+    as_member() { setpriv --reuid=65534 --regid=0 --groups="$gid" "$OCTL" "$@" --instance "ctl-admin-$$"; }
+    as_other() { setpriv --reuid=65534 --regid=0 --clear-groups "$OCTL" "$@" --instance "ctl-admin-$$"; }
     as_member set log-level debug >/dev/null && pass "admin-group member (supplementary group) may set" ||
       fail "admin-group member refused"
     as_member status >/dev/null && pass "admin-group member may read the counters (0640)" ||

@@ -50,6 +50,11 @@ cleanup() {
 }
 trap cleanup EXIT
 source "$(dirname "$0")/standalone_daemon.sh"
+source "$(dirname "$0")/other_uid_copy.sh"
+# The other uid runs copies: the checkout may be out of its reach (root's 0700 home).
+copy_for_other_uid "$work/prog" "$BIN/hostile_client" "$BIN/allreduce_check" ||
+  fail "cannot copy the client programs to $work/prog"
+UBIN="$work/prog/bin"
 instance="uidtest.$$"
 start_standalone_daemon "$rt" "$instance" --log-level debug
 
@@ -61,13 +66,14 @@ start_standalone_daemon "$rt" "$instance" --log-level debug
 echo "second_uid: runtime dir 0711, socket 0666, lock 0600 (owner $(stat -c %U "$rt"))"
 
 client_env=(env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_TIMEOUT_SEC=20)
+user_env=("${client_env[@]}" LD_LIBRARY_PATH="$work/prog/lib")
 run_timeout() { timeout --kill-after=5 30 "$@"; }
 
 # 1. The other uid's own job: its segment is a sealed memfd with no name in /dev/shm, and no
 #    third user can reach it through the client's descriptor.
 hold="$work/user/hold"
-run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=userjob \
-  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$BIN/hostile_client" segment-perms "$hold" &
+run_timeout runuser -u "$USER_NAME" -- "${user_env[@]}" NODECOMM_JOB=userjob \
+  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$UBIN/hostile_client" segment-perms "$hold" &
 perms_pid=$!
 for _ in $(seq 200); do [ -f "$hold" ] && break; sleep 0.1; done
 [ -f "$hold" ] || fail "the segment-perms client never reported its segment"
@@ -84,9 +90,9 @@ echo "second_uid: the segment is a memfd ($seg), no name in /dev/shm; nobody can
 rm -f "$hold"
 wait "$perms_pid" || fail "segment-perms client failed"
 # Real allreduces as the other uid, through libnodecomm (setpriv this time).
-run_timeout setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "${client_env[@]}" \
+run_timeout setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "${user_env[@]}" \
   NODECOMM_JOB=userjob2 NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 \
-  "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i64 >"$work/user_allreduce.log" 2>&1 ||
+  "$UBIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i64 >"$work/user_allreduce.log" 2>&1 ||
   { cat "$work/user_allreduce.log" >&2; fail "allreduce_check as $USER_NAME failed"; }
 echo "second_uid: $USER_NAME ran its own job on root's daemon"
 
@@ -100,8 +106,8 @@ for _ in $(seq 200); do
 done
 grep -q "job rootjob: local rank 0 attached" "$work/daemon.log" ||
   fail "root's local rank 0 never attached"
-run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=rootjob \
-  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$BIN/hostile_client" join permission \
+run_timeout runuser -u "$USER_NAME" -- "${user_env[@]}" NODECOMM_JOB=rootjob \
+  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$UBIN/hostile_client" join permission \
   "job 'rootjob' belongs to uid 0; uid $uid may not join it" ||
   fail "$USER_NAME was not refused with the expected permission error"
 grep -q "refused: job 'rootjob' belongs to uid 0; uid $uid may not join it" "$work/daemon.log" ||
@@ -117,8 +123,8 @@ kill -0 "$daemon_pid" 2>/dev/null || fail "nodecommd died"
 # (NC_ERR_PERMISSION), not after the 10 s a missing daemon gets.
 chmod 0660 "$rt/nodecommd.sock"
 started=$(date +%s%N)
-run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=narrowjob \
-  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$BIN/hostile_client" join permission \
+run_timeout runuser -u "$USER_NAME" -- "${user_env[@]}" NODECOMM_JOB=narrowjob \
+  NODECOMM_LOCAL_RANK=0 NODECOMM_LOCAL_SIZE=1 "$UBIN/hostile_client" join permission \
   "permission denied on nodecommd's socket $rt/nodecommd.sock for uid $uid" ||
   fail "$USER_NAME was not told that the 0660 socket shuts it out"
 waited_ms=$(( ($(date +%s%N) - started) / 1000000 ))
@@ -138,8 +144,8 @@ for _ in $(seq 200); do
   grep -q "job sharedjob: local rank 0 attached" "$work/daemon.log" && break
   sleep 0.1
 done
-run_timeout runuser -u "$USER_NAME" -- "${client_env[@]}" NODECOMM_JOB=sharedjob \
-  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$BIN/allreduce_check" --counts 1,7,4099 \
+run_timeout runuser -u "$USER_NAME" -- "${user_env[@]}" NODECOMM_JOB=sharedjob \
+  NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$UBIN/allreduce_check" --counts 1,7,4099 \
   --dtypes f32,i32 >"$work/shared1.log" 2>&1 ||
   { cat "$work/shared1.log" >&2; fail "the allowed uid's rank failed"; }
 wait "$shared0" || { cat "$work/shared0.log" >&2; fail "root's rank failed next to the allowed uid"; }

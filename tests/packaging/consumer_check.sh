@@ -53,10 +53,14 @@ if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null || ! id nobody >/dev/
 elif [ -x "$T/cmake/consumer_c" ]; then
   chmod 755 "$T"
   mkdir -p "$T/run" && chown nobody "$T/run"
+  # nobody runs a copy: PREFIX lies in the build tree, which may be out of its reach (a
+  # checkout in root's 0700 home).
+  source "$(dirname "$0")/../integration/other_uid_copy.sh"
+  copy_for_other_uid "$T/svc" "$PREFIX/bin/nodecommd" || fail "cannot copy nodecommd to $T/svc"
   setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups --no-new-privs \
     --inh-caps=-all --ambient-caps=-all --bounding-set=-all \
     env NODECOMM_TRANSPORT=loopback NODECOMM_RUNTIME_BASE="$T/run" NODECOMMD_INSTANCE=svc \
-    "$PREFIX/bin/nodecommd" --config none --cores none --idle backoff 2>"$T/svc.log" &
+    LD_LIBRARY_PATH="$T/svc/lib" "$T/svc/bin/nodecommd" --config none --cores none --idle backoff 2>"$T/svc.log" &
   svc_pid=$!
   for _ in $(seq 100); do [ -f "$T/run/svc/nodecommd.ready" ] && break; sleep 0.1; done
   owner=$(stat -c %U "$T/run/svc/nodecommd.sock" 2>/dev/null)
