@@ -58,6 +58,11 @@ cleanup() {
 }
 trap cleanup EXIT
 source "$(dirname "$0")/standalone_daemon.sh"
+# The other uid runs copies: the checkout may be in root's 0700 home (other_uid_copy.sh).
+source "$(dirname "$0")/other_uid_copy.sh"
+copy_for_other_uid "$work/other" "$BIN/nodecommctl" "$BIN/hostile_client" "$BIN/allreduce_check" ||
+  fail "cannot copy the programs for $USER_NAME"
+OBIN=$work/other/bin
 run_timeout() { timeout --kill-after=5 30 "$@"; }
 client_env=(env NODECOMM_TIMEOUT_SEC=20)
 
@@ -135,7 +140,7 @@ exact_job "$rt" after-trace
 # 6. Counters: 0600, and another user's nodecommctl is told why it cannot read them.
 counters="/dev/shm/nodecomm.$instance.counters"
 [ "$(stat -c '%a %u' "$counters")" = "600 0" ] || fail "counters are $(stat -c '%a %u' "$counters")"
-if out=$(run_timeout runuser -u "$USER_NAME" -- "$BIN/nodecommctl" status --instance "$instance" 2>&1); then
+if out=$(run_timeout runuser -u "$USER_NAME" -- env LD_LIBRARY_PATH="$work/other/lib" "$OBIN/nodecommctl" status --instance "$instance" 2>&1); then
   fail "$USER_NAME read the counters: $out"
 fi
 [[ $out == *"permission denied reading $counters"* ]] || fail "nodecommctl as $USER_NAME: $out"
@@ -232,7 +237,7 @@ start_standalone_daemon "$rt" "$instance" --log-level debug --allow-groups "$GRO
   --admin-group "$GROUP_NAME"
 [ "$(stat -c '%a %u %g' "$counters")" = "640 0 $grp" ] ||
   fail "counters with an admin-group are $(stat -c '%a %u %g' "$counters"), not 640 0 $grp"
-run_timeout setpriv --reuid="$uid" --regid="$gid" --groups="$grp" -- "$BIN/nodecommctl" status \
+run_timeout setpriv --reuid="$uid" --regid="$gid" --groups="$grp" -- env LD_LIBRARY_PATH="$work/other/lib" "$OBIN/nodecommctl" status \
   --instance "$instance" >/dev/null || fail "a member of the admin-group cannot read the counters"
 for with_group in no yes; do
   job="groupjob-$with_group"
@@ -247,7 +252,7 @@ for with_group in no yes; do
   if [ "$with_group" = no ]; then
     run_timeout setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "${client_env[@]}" \
       NODECOMM_RUNTIME_DIR="$rt" NODECOMM_JOB="$job" NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 \
-      "$BIN/hostile_client" join permission "job '$job' belongs to uid 0; uid $uid may not join it" ||
+      LD_LIBRARY_PATH="$work/other/lib" "$OBIN/hostile_client" join permission "job '$job' belongs to uid 0; uid $uid may not join it" ||
       fail "uid $uid without $GROUP_NAME was not refused"
     run_timeout "${client_env[@]}" NODECOMM_RUNTIME_DIR="$rt" NODECOMM_JOB="$job" \
       NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 "$BIN/allreduce_check" --counts 1,7,4099 \
@@ -255,7 +260,7 @@ for with_group in no yes; do
   else
     run_timeout setpriv --reuid="$uid" --regid="$gid" --groups="$grp" -- "${client_env[@]}" \
       NODECOMM_RUNTIME_DIR="$rt" NODECOMM_JOB="$job" NODECOMM_LOCAL_RANK=1 NODECOMM_LOCAL_SIZE=2 \
-      "$BIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/$job.1.log" 2>&1 ||
+      LD_LIBRARY_PATH="$work/other/lib" "$OBIN/allreduce_check" --counts 1,7,4099 --dtypes f32,i32 >"$work/$job.1.log" 2>&1 ||
       { cat "$work/$job.1.log" >&2; fail "uid $uid with supplementary group $GROUP_NAME failed"; }
   fi
   wait "$rank0" || { cat "$work/$job.0.log" >&2; fail "root's rank 0 of $job failed"; }

@@ -89,12 +89,16 @@ user=nodecomm-test
 if [ "$(id -u)" -eq 0 ] && command -v runuser >/dev/null && command -v useradd >/dev/null; then
   getent passwd "$user" >/dev/null || useradd -r -M -d /nonexistent -s /usr/sbin/nologin "$user"
 fi
+# The other uid runs a copy: the checkout may be in root's 0700 home (other_uid_copy.sh).
+source "$(dirname "$0")/other_uid_copy.sh"
 if [ "$(id -u)" -eq 0 ] && getent passwd "$user" >/dev/null &&
-    runuser -u "$user" -- test -x "$BIN/allreduce_check" 2>/dev/null; then
+    copy_for_other_uid "$work/other" "$BIN/allreduce_check" &&
+    runuser -u "$user" -- test -x "$work/other/bin/allreduce_check" 2>/dev/null; then
   pids=()
   for r in 0 1; do
     timeout --kill-after=5 60 runuser -u "$user" -- "${client_env[@]}" NODECOMM_JOB=other \
-      NODECOMM_LOCAL_RANK=$r NODECOMM_LOCAL_SIZE=2 "$BIN/allreduce_check" --counts 7,4099 \
+      NODECOMM_LOCAL_RANK=$r NODECOMM_LOCAL_SIZE=2 LD_LIBRARY_PATH="$work/other/lib" \
+      "$work/other/bin/allreduce_check" --counts 7,4099 \
       --dtypes f32,i64 >"$work/other$r.log" 2>&1 &
     pids+=($!)
   done
