@@ -29,14 +29,11 @@ struct Client {
 
   explicit Client(uint32_t id)
       : session(id, ipc::Fd(), ipc::PeerCredentials{::getpid(), ::geteuid(), ::getegid()}) {
-    const std::string name = fmt::format("/nodecomm.crossrankfuzz.{}.{}", ::getpid(), id);
     ipc::SegmentSpec spec;
     spec.submit_capacity = kRingCapacity;
     spec.complete_capacity = kRingCapacity;
     spec.arena_bytes = kEngineArena;
-    session.attach_segment(ipc::Segment::create(name, spec, id, id, ::geteuid(), ::getegid()),
-                           name);
-    session.unlink_segment_name();
+    session.attach_segment(ipc::Segment::create(spec, id, id));
     session.set_state(daemon::ClientSession::State::kJoined);
     const ipc::Segment& seg = session.segment();
     submit = ipc::RingProducer<proto::OpDescriptor>(&seg.submit_ring(), seg.submit_slots(),

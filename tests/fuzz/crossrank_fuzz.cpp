@@ -25,11 +25,10 @@
 // results are not computed) and nothing else changed. This part runs whatever checks
 // Engine::accept has, with no change here.
 // The count agreement of issue 16, point 2 (alltoallv send_i[j] == recv_j[i];
-// allgatherv counts equal on every node). Until the daemon enforces it, a violation is
-// reported once on stderr and not fatal; NODECOMM_FUZZ_COUNT_AGREEMENT=1 makes it fatal
-// (kCountAgreementFatal flips the default). Today an alltoallv whose counts disagree
-// is accepted by the engine, and the receiver gets bytes from the staging pool (0xee, its
-// poison, or what an earlier input left there).
+// allgatherv counts equal on every node) is enforced by the daemon (daemon/count_agreement.cpp),
+// so a violation is fatal; NODECOMM_FUZZ_COUNT_AGREEMENT=0 makes it a note, to study an input.
+// Before the daemon checked counts, an alltoallv whose counts disagreed was accepted and the
+// receiver got bytes from the staging pool (0xee, its poison, or what an earlier input left).
 //
 // Built by tests/fuzz/CMakeLists.txt (clang, libFuzzer, ASan, UBSan; tools/fuzz.sh SECONDS
 // crossrank) and, without libFuzzer, into the main build's fuzz_crossrank_replay (the
@@ -45,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "count_agreement.hpp"
 #include "crossrank_engine.hpp"
 #include "crossrank_input.hpp"
 #include "fuzz_input.hpp"
@@ -59,8 +59,9 @@ using proto::Collective;
 using proto::OpDescriptor;
 using u128 = unsigned __int128;
 
-// Count agreement is not enforced by the daemon yet (issue 16, point 2): flip this once it is.
-constexpr bool kCountAgreementFatal = false;
+// The daemon enforces count agreement (issue 16, point 2), so an accepted operation whose
+// transfers disagree is a bug.
+constexpr bool kCountAgreementFatal = true;
 constexpr uint64_t kMaxCount = uint64_t{1} << 34;  // EngineLimits' default
 
 [[noreturn]] void oracle_failed(const std::string& what, int line) {
@@ -205,19 +206,17 @@ daemon::CommLayout layout_of(const Setup& s, uint32_t node) {
 }
 
 // Engine::accept's check of a node's complete operation: describe_disagreement, then the
-// allgatherv receive counts every member must share. (Where the daemon gains further count
-// checks, this is where the harness calls them.)
+// count agreement among the node's members (daemon/count_agreement.hpp), as
+// Engine::local_counts_disagreement calls it.
 std::string local_agreement(const daemon::Operation& op, const daemon::CommLayout& lay) {
   std::string diff = daemon::describe_disagreement(op, lay);
-  if (diff.empty() && static_cast<Collective>(op.first().collective) == Collective::kAllgatherv) {
-    const size_t n = lay.size;
-    for (size_t m = 1; m < op.slots.size() && diff.empty(); ++m) {
-      if (!std::equal(op.slots[m]->aux.begin(), op.slots[m]->aux.begin() + n,
-                      op.slots[0]->aux.begin())) {
-        diff = fmt::format("seq {}: rank {} and rank {} passed different allgatherv recv_counts",
-                           op.seq, lay.member_ranks[0], lay.member_ranks[m]);
-      }
+  const auto c = static_cast<Collective>(op.first().collective);
+  if (diff.empty() && proto::aux_entries(c, lay.size) > 0) {
+    std::vector<daemon::MemberCounts> members;
+    for (size_t k = 0; k < op.slots.size(); ++k) {
+      members.push_back({lay.member_ranks[k], op.slots[k]->desc.count, op.slots[k]->aux.data()});
     }
+    diff = daemon::local_count_disagreement(c, op.seq, lay.size, members);
   }
   return diff;
 }
@@ -481,7 +480,9 @@ void check_model(Setup& s) {
       FUZZ_CHECK(diff.find("seq 1") != std::string::npos);
       accepted = false;
     }
-    by_node[node] = daemon::summarize(op->seq, op->first());
+    // The daemon summarizes only an operation its node agreed on (Operation::Phase::kReady);
+    // a node that failed it locally never sends a summary.
+    if (diff.empty()) by_node[node] = daemon::summarize(*op, lay);  // with its count digest
     if (node == 0) first_layout = lay;
   }
   if (s.node_count > 1) {
