@@ -31,6 +31,25 @@ using proto::counter_add;
 using proto::counter_store;
 
 namespace {
+
+proto::CountersClientState counters_state(ClientSession::State state) {
+  using S = ClientSession::State;
+  using C = proto::CountersClientState;
+  switch (state) {
+    case S::kHello:
+      return C::kHello;
+    case S::kBacking:
+      return C::kBacking;
+    case S::kMapping:
+      return C::kMapping;
+    case S::kJoined:
+      return C::kJoined;
+    case S::kClosed:
+      return C::kClosed;
+  }
+  return C::kClosed;
+}
+
 constexpr uint64_t kSnapshotNs = 100'000'000;  // job, clients and operations tables
 constexpr uint64_t kBusbwNs = 1'000'000'000;   // busbw interval
 
@@ -454,7 +473,7 @@ void CountersPublisher::publish_clients(uint64_t now_ns, Job* job, const ClientM
     proto::ClientSlot& slot = s.slots[s.count++];
     slot = proto::ClientSlot{};
     slot.client_id = id;
-    slot.state = static_cast<uint32_t>(c.state());
+    slot.state = static_cast<uint32_t>(counters_state(c.state()));
     slot.local_rank = c.local_rank;
     slot.world_rank = c.world_rank;
     slot.pid = static_cast<uint32_t>(c.cred().pid);

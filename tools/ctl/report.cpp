@@ -15,7 +15,7 @@ namespace nodecomm::ctl {
 namespace {
 
 constexpr const char* kJobStates[] = {"none", "attaching", "forming", "running", "failed"};
-constexpr const char* kClientStates[] = {"hello", "mapping", "joined", "closed"};
+constexpr const char* kClientStates[] = {"hello", "mapping", "joined", "closed", "backing"};
 constexpr const char* kPhases[] = {"gathering", "ready", "network", "done"};
 
 std::string collective(uint32_t c) {
@@ -296,7 +296,8 @@ std::string clients_text(const Snapshot& s) {
     const bool member = c.in_job != 0;
     out += fmt::format(
         "{:>4} {:<8} {:>5} {:>5} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8}\n", c.client_id,
-        member || c.state != 0 ? (c.state < 4 ? kClientStates[c.state] : "?") : "admin?",
+        member || c.state != 0 ? (c.state < std::size(kClientStates) ? kClientStates[c.state] : "?")
+                               : "admin?",
         member ? std::to_string(c.local_rank) : "-",
         member && s.job.state >= 3 ? std::to_string(c.world_rank) : "-", c.pid, c.uid,
         human_duration(seconds_between(

@@ -188,7 +188,8 @@ struct JobSection {
 };
 static_assert(sizeof(JobSection) == 8 + kCounterNameBytes + 32 + 16 + 128);
 
-enum class CountersClientState : uint32_t { kHello = 0, kMapping, kJoined, kClosed };
+// Values are fixed (nodecommctl reads them); kBacking came later and so comes last.
+enum class CountersClientState : uint32_t { kHello = 0, kMapping, kJoined, kClosed, kBacking };
 
 struct ClientSlot {
   uint32_t client_id;
