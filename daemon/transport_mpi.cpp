@@ -502,22 +502,33 @@ class MpiTransport final : public Transport {
     return remember(std::move(p));
   }
 
+  // gatherv (to_root) and scatterv beyond MPI's int counts: each node's block travels between
+  // it and the root as chunked point-to-point messages.
+  TransportHandle start_rooted_chunked(NodeComm comm, uint8_t* base,
+                                       const std::vector<size_t>& bytes,
+                                       const std::vector<size_t>& displs, uint32_t root_node,
+                                       bool to_root) {
+    const uint32_t me = comm_rank(comm);
+    std::vector<Transfer> at_root;
+    std::vector<Transfer> at_leaf;
+    if (root_node == me) {
+      for (uint32_t n = 0; n < bytes.size(); ++n) {
+        if (n != me) at_root.push_back({n, base + displs[n], bytes[n]});
+      }
+    } else {
+      at_leaf.push_back({root_node, base + displs[me], bytes[me]});
+    }
+    return to_root ? start_chunked(comm, std::move(at_leaf), std::move(at_root))
+                   : start_chunked(comm, std::move(at_root), std::move(at_leaf));
+  }
+
   TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
                                 std::vector<size_t> displs, uint32_t root_node) override {
     const uint32_t me = comm_rank(comm);
     const bool root = root_node == me;
     auto* base = static_cast<uint8_t*>(buffer);
     if (!fit(bytes) || !fit(displs)) {
-      std::vector<Transfer> sends;
-      std::vector<Transfer> recvs;
-      if (root) {
-        for (uint32_t n = 0; n < bytes.size(); ++n) {
-          if (n != me) recvs.push_back({n, base + displs[n], bytes[n]});
-        }
-      } else {
-        sends.push_back({root_node, base + displs[me], bytes[me]});
-      }
-      return start_chunked(comm, std::move(sends), std::move(recvs));
+      return start_rooted_chunked(comm, base, bytes, displs, root_node, /*to_root=*/true);
     }
     Pending p;
     p.a = to_int(bytes);
@@ -536,16 +547,7 @@ class MpiTransport final : public Transport {
     const bool root = root_node == me;
     auto* base = static_cast<uint8_t*>(buffer);
     if (!fit(bytes) || !fit(displs)) {
-      std::vector<Transfer> sends;
-      std::vector<Transfer> recvs;
-      if (root) {
-        for (uint32_t n = 0; n < bytes.size(); ++n) {
-          if (n != me) sends.push_back({n, base + displs[n], bytes[n]});
-        }
-      } else {
-        recvs.push_back({root_node, base + displs[me], bytes[me]});
-      }
-      return start_chunked(comm, std::move(sends), std::move(recvs));
+      return start_rooted_chunked(comm, base, bytes, displs, root_node, /*to_root=*/false);
     }
     Pending p;
     p.a = to_int(bytes);
