@@ -21,8 +21,8 @@ namespace {
 
 class ChunkedTransfers final : public AllreduceAlgorithm {
  public:
-  ChunkedTransfers(PointToPoint& net, int tag, std::vector<Transfer> sends,
-                   std::vector<Transfer> recvs, size_t max_message)
+  ChunkedTransfers(PointToPoint& net, int tag, const std::vector<Transfer>& sends,
+                   const std::vector<Transfer>& recvs, size_t max_message)
       : net_(net) {
     if (max_message == 0) throw TransportError("chunked transfer with a message limit of 0");
     const uint32_t me = net.rank();
@@ -65,11 +65,10 @@ class ChunkedTransfers final : public AllreduceAlgorithm {
 }  // namespace
 
 std::unique_ptr<AllreduceAlgorithm> make_chunked_transfers(PointToPoint& net, int tag,
-                                                           std::vector<Transfer> sends,
-                                                           std::vector<Transfer> recvs,
+                                                           const std::vector<Transfer>& sends,
+                                                           const std::vector<Transfer>& recvs,
                                                            size_t max_message) {
-  return std::make_unique<ChunkedTransfers>(net, tag, std::move(sends), std::move(recvs),
-                                            max_message);
+  return std::make_unique<ChunkedTransfers>(net, tag, sends, recvs, max_message);
 }
 
 }  // namespace nodecomm::daemon

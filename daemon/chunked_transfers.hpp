@@ -32,8 +32,8 @@ size_t message_bytes(size_t bytes, size_t max_message, size_t index);
 // most `max_message` bytes, on lane 0 with tag `tag`. Both sides of a pair must give the same
 // size for the block between them (agreed counts). Throws TransportError.
 std::unique_ptr<AllreduceAlgorithm> make_chunked_transfers(PointToPoint& net, int tag,
-                                                           std::vector<Transfer> sends,
-                                                           std::vector<Transfer> recvs,
+                                                           const std::vector<Transfer>& sends,
+                                                           const std::vector<Transfer>& recvs,
                                                            size_t max_message);
 
 }  // namespace nodecomm::daemon

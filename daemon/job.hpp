@@ -37,7 +37,6 @@ struct Operation {
   std::string error;
   uint64_t first_arrival_ns = 0;
   uint64_t last_arrival_ns = 0;
-  bool stall_reported = false;
   TransportHandle handle = 0;
   StagingPool::Buffer staging;
   StagingPool::Buffer staging2;  // a second buffer for collectives that repack (alltoall)
@@ -48,25 +47,26 @@ struct Operation {
     uint32_t size = 0;
   };
   std::vector<SplitResult> split_results;
-  int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
-  // A member vanished while the transport was still reading or delivering its ranges.
-  bool member_lost_midway = false;
   // Negotiated scheduling: elements handed out to units so far, and finished.
   size_t scheduled_elems = 0;
   size_t finished_elems = 0;
-  bool staged = false;      // stage_in ran
-  bool advertised = false;  // offered to the other daemons in a round
-  bool announced = false;   // its OpSummary went to the other daemons in a round
   // Sequence-order path: the OpSummary exchange that precedes the transfer (op_check.hpp).
   TransportHandle check = 0;
-  bool cross_checked = false;
   std::vector<OpSummary> check_records;
-  uint32_t units_in_flight = 0;
   // Staging reserved for it against the caps (StagingPool::reserve) once it is ready here,
   // given back when it completes; or, if refused, the bytes it needed and why.
   size_t staging_reserved_bytes = 0;
-  bool staging_held = false;
   std::string staging_refused;
+  uint32_t units_in_flight = 0;
+  int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
+  bool stall_reported = false;
+  // A member vanished while the transport was still reading or delivering its ranges.
+  bool member_lost_midway = false;
+  bool staged = false;      // stage_in ran
+  bool advertised = false;  // offered to the other daemons in a round
+  bool announced = false;   // its OpSummary went to the other daemons in a round
+  bool cross_checked = false;
+  bool staging_held = false;
 
   const proto::OpDescriptor& first() const;
 };
