@@ -273,7 +273,6 @@ size_t Engine::progress(Job& job, Communicator& comm) {
       }
       if (op.phase == Operation::Phase::kInterNode) {
         if (transport_.test(op.handle)) {
-          --inter_node_ops_;
           finish(job, comm, op);
           ++work;
         } else {
@@ -281,10 +280,8 @@ size_t Engine::progress(Job& job, Communicator& comm) {
         }
       }
     } catch (const StagingExhausted& e) {
-      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
       fail_no_memory(job, comm, op, e.what());
     } catch (const TransportError& e) {
-      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
       fail_between_nodes(job, comm, op, e.what());
     }
     // Nothing overtakes a split or free: the communicators it makes or drops must exist
@@ -311,20 +308,20 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
     op.check_records.assign(lay.node_count, OpSummary{});
     op.check_records[lay.node_index] = summarize(op, lay);
     op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(), sizeof(OpSummary));
-    ++inter_node_ops_;
+    op.on_network = in_flight_.acquire();
   }
   bool done = false;
   try {
     done = transport_.test(op.check);
   } catch (const TransportError& e) {
-    --inter_node_ops_;
+    op.on_network.release();
     op.check = 0;
     comm.poison(Status::kPeerLost, fmt::format("{} seq {} failed between nodes: {}",
                                                describe_submission(op.first()), op.seq, e.what()));
     return 1;
   }
   if (!done) return 0;
-  --inter_node_ops_;
+  op.on_network.release();
   op.check = 0;
   const std::vector<std::optional<OpSummary>> by_node(op.check_records.begin(),
                                                       op.check_records.end());
@@ -346,7 +343,7 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
 
 void Engine::abandon_check(Operation& op) {
   if (op.check == 0) return;
-  --inter_node_ops_;
+  op.on_network.release();  // nothing waits for it any more
   op.check = 0;
   // Moving the vector keeps its heap buffer, the one the transport was given.
   abandoned_checks_.push_back(std::move(op.check_records));
@@ -372,7 +369,7 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
     op.split_step = exchange ? 1 : 2;
     op.handle = exchange ? split_start_network(ctx, op) : split_start_groups(ctx, op);
     op.phase = Operation::Phase::kInterNode;
-    ++inter_node_ops_;
+    op.on_network = in_flight_.acquire();
     return;
   }
   if (stage_in(ctx, op)) {
@@ -385,7 +382,7 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
   }
   op.handle = start_network(ctx, op);
   op.phase = Operation::Phase::kInterNode;
-  ++inter_node_ops_;
+  op.on_network = in_flight_.acquire();
 }
 
 void Engine::finish(Job& job, Communicator& comm, Operation& op) {
@@ -394,8 +391,7 @@ void Engine::finish(Job& job, Communicator& comm, Operation& op) {
     if (op.split_step == 1) {
       op.split_step = 2;
       op.handle = split_start_groups(ctx, op);
-      ++inter_node_ops_;  // still in the network
-      return;
+      return;  // still on the network: op keeps its on_network token
     }
     split_finish(ctx, op, op.handle);
   } else {
@@ -454,6 +450,8 @@ void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status
     NC_LOG(kWarn, "job {}: {} seq {} on comm {} failed: {}", job.name,
            describe_submission(op.first()), op.seq, comm.id(), message);
   }
+  // Done: whatever of it was on the network no longer keeps the engine polling.
+  op.on_network.release();
   op.phase = Operation::Phase::kDone;
 }
 
@@ -494,23 +492,21 @@ void Engine::node_lost(Job& job, const std::string& text) {
     // the transport may still write into them, and their members get the error now.
     CommSchedule& sched = comm->schedule;
     if (sched.round != 0) {
-      --inter_node_ops_;
       sched.round = 0;
+      sched.round_on_network.release();
       abandoned_records_.push_back(std::move(sched.round_records));
     }
-    inter_node_ops_ -= std::min(inter_node_ops_, sched.units.size());
-    for (ScheduledUnit& unit : sched.units) abandoned_units_.push_back(std::move(unit));
+    for (ScheduledUnit& unit : sched.units) {
+      unit.on_network.release();  // kept for its buffers only: nothing waits for it
+      unit.bytes_token.release();
+      abandoned_units_.push_back(std::move(unit));
+    }
     sched.units.clear();
-    sched.bytes_in_flight = 0;
     auto& ops = comm->ops();
     for (auto it = ops.begin(); it != ops.end();) {
       Operation& op = it->second;
       const bool on_network = op.phase == Operation::Phase::kInterNode || op.check != 0;
-      // The sequence-order path counts each operation on the network (the scheduler counts
-      // its units, above).
-      const size_t counted =
-          (op.phase == Operation::Phase::kInterNode && op.handle != 0 ? 1 : 0) + (op.check != 0);
-      inter_node_ops_ -= std::min(inter_node_ops_, counted);
+      // Completing it gives up its on_network token.
       if (op.phase != Operation::Phase::kDone) {
         complete(job, *comm, op, Status::kPeerLost,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()),

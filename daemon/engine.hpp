@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "in_flight.hpp"
 #include "job.hpp"
 #include "staging.hpp"
 #include "transport.hpp"
@@ -76,8 +77,9 @@ class Engine {
     std::string text;
   };
   std::vector<FailureNotice> take_notices() { return std::exchange(notices_, {}); }
-  // A client broke the ring protocol; it is told why and the caller drops it.
-  bool has_inter_node_work() const { return inter_node_ops_ > 0; }
+  // Transfers, summary exchanges or scheduling rounds still on the network: the daemon keeps
+  // polling the job while there are any, even once its members are gone.
+  bool has_inter_node_work() const { return in_flight_.value() > 0; }
 
  private:
   size_t drain(Job& job, ClientSession& member);
@@ -130,7 +132,9 @@ class Engine {
   SchedulerTuning sched_;
   AlgorithmTuning algorithm_;
   CountersPublisher* counters_ = nullptr;
-  size_t inter_node_ops_ = 0;
+  // Every transfer, summary exchange and round on the network holds one token of this
+  // (in_flight.hpp), moved along with the work and dropped with it.
+  InFlightCounter in_flight_;
   std::vector<FailureNotice> notices_;
   // What was on the network with a lost node: kept, never reused, since the transport may
   // still write into it.

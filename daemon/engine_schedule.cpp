@@ -96,14 +96,14 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   if (sched.round != 0) {
     try {
       if (transport_.test(sched.round)) {
-        --inter_node_ops_;
         sched.round = 0;
+        sched.round_on_network.release();
         apply_round(job, comm);
         ++work;
       }
     } catch (const TransportError& e) {
-      --inter_node_ops_;
       sched.round = 0;
+      sched.round_on_network.release();
       comm.poison(
           Status::kPeerLost,
           fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(), e.what()));
@@ -131,12 +131,10 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     if (is_comm_management(op) && op.phase == Operation::Phase::kInterNode) {
       try {
         if (transport_.test(op.handle)) {
-          --inter_node_ops_;
           finish(job, comm, op);
           ++work;
         }
       } catch (const TransportError& e) {
-        --inter_node_ops_;
         fail_between_nodes(job, comm, op, e.what());
       }
     }
@@ -156,7 +154,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   }
   // A new round once at least one chunk fits in the window.
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight + sched.chunk(tuning) <=
+      sched.bytes_in_flight.value() + sched.chunk(tuning) <=
           std::max(sched.window(tuning), sched.chunk(tuning))) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
@@ -195,7 +193,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
   mine.chunk_bytes = sched.chunk(tuning);
   const size_t window = sched.window(tuning);
-  mine.room = window - std::min(window, sched.bytes_in_flight);
+  mine.room = window - std::min(window, sched.bytes_in_flight.value());
   mine.algorithm = agreed_algorithm(algorithm_);
   if (counters_ != nullptr) counters_->round_started();
   auto& ops = comm.ops();
@@ -228,7 +226,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
       transport_.start_exchange(lay.node_comm, sched.round_records.data(), sizeof(RoundRecord));
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
-  ++inter_node_ops_;
+  sched.round_on_network = in_flight_.acquire();
 }
 
 void Engine::apply_round(Job& job, Communicator& comm) {
@@ -417,7 +415,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
            "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
            "room {} bytes, {} bytes in flight",
            comm.id(), sched.rounds, sched.floor, eligible.size(), plan.size(), planned_ops, room,
-           sched.bytes_in_flight);
+           sched.bytes_in_flight.value());
   }
   for (ScheduledUnit& unit : plan) {
     if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
@@ -470,8 +468,8 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         }
         start(job, comm, op);  // stage_in + start_network, as without scheduling
         if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
-        --inter_node_ops_;                                     // counted per unit below instead
         unit.handle = op.handle;
+        unit.on_network = std::move(op.on_network);  // the unit carries its transfer now
         break;
       }
     }
@@ -486,8 +484,8 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     fail_unit(job, comm, unit, e.what());
     return;
   }
-  sched.bytes_in_flight += unit.bytes;
-  ++inter_node_ops_;
+  unit.bytes_token = sched.bytes_in_flight.acquire(unit.bytes);
+  if (!unit.on_network.held()) unit.on_network = in_flight_.acquire();
   for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
   if (counters_ != nullptr) counters_->unit_started(comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
@@ -502,10 +500,8 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
     try {
       finished = transport_.test(unit.handle);
     } catch (const TransportError& e) {
-      --inter_node_ops_;
-      sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
       fail_unit(job, comm, unit, e.what());
-      it = sched.units.erase(it);
+      it = sched.units.erase(it);  // its tokens go with it
       ++work;
       continue;
     }
@@ -513,11 +509,9 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
       ++it;
       continue;
     }
-    --inter_node_ops_;
-    sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
     sched.record_completion(unit.bytes, ipc::monotonic_ns());
     unit_done(job, comm, unit);
-    it = sched.units.erase(it);
+    it = sched.units.erase(it);  // its tokens go with it
     ++work;
   }
   return work;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nodecomm/proto/control.hpp"
+#include "in_flight.hpp"
 #include "nodecomm/proto/types.hpp"
 #include "op_check.hpp"
 #include "staging.hpp"
@@ -67,6 +68,8 @@ struct ScheduledUnit {
   size_t bytes = 0;             // on the network, for the window
   StagingPool::Buffer buffer;   // kFused: the packed operations; kInt8: every node's blocks
   StagingPool::Buffer scratch;  // the algorithm's scratch
+  InFlightToken on_network;     // one transfer in the engine's in-flight work, while started
+  InFlightToken bytes_token;    // `bytes` in CommSchedule::bytes_in_flight, while started
 };
 
 // The adaptive window's bounds and the chunk's.
@@ -80,8 +83,10 @@ struct CommSchedule {
   uint64_t floor = 1;
   std::set<uint64_t> scheduled_ahead;
   std::deque<ScheduledUnit> units;  // started, in agreed order
-  size_t bytes_in_flight = 0;
+  // Bytes of started units: each unit's bytes_token counts its own, for as long as it lives.
+  InFlightCounter bytes_in_flight;
   TransportHandle round = 0;  // 0: no round in flight
+  InFlightToken round_on_network;  // held while `round` is
   std::vector<uint8_t> round_records;
   uint64_t last_round_ns = 0;
   uint64_t rounds = 0;
