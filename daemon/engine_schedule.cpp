@@ -558,4 +558,18 @@ void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const 
   if (!text.empty()) comm.poison(status, text);
 }
 
+void Engine::abandon_schedule(CommSchedule& sched) {
+  if (sched.round != 0) {
+    sched.round = 0;
+    sched.round_on_network.release();
+    abandoned_records_.push_back(std::move(sched.round_records));
+  }
+  for (ScheduledUnit& unit : sched.units) {
+    unit.on_network.release();  // kept for its buffers only: nothing waits for it
+    unit.bytes_token.release();
+    abandoned_units_.push_back(std::move(unit));
+  }
+  sched.units.clear();
+}
+
 }  // namespace nodecomm::daemon
