@@ -1,5 +1,5 @@
 // Issue 17 point 4: in-flight work is counted by owned tokens, never by hand.
-#include "in_flight.hpp"
+#include "engine/in_flight.hpp"
 
 #include <gtest/gtest.h>
 
