@@ -8,16 +8,16 @@
 #include <functional>
 #include <vector>
 
-#include "session/client_session.hpp"
+#include "config/log.hpp"
 #include "engine/collectives.hpp"
 #include "engine/comm_split.hpp"
 #include "engine/count_agreement.hpp"
 #include "engine/observer.hpp"
-#include "config/log.hpp"
+#include "engine/op_check.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "engine/op_check.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::daemon {
 

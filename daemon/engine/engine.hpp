@@ -21,7 +21,6 @@ namespace nodecomm::daemon {
 class ClientSession;
 class EngineObserver;
 
-
 class Engine {
  public:
   Engine(Transport& transport, StagingPool& staging, EngineLimits limits = {})

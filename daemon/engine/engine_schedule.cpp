@@ -9,22 +9,19 @@
 #include <map>
 #include <tuple>
 
-#include "engine/collectives.hpp"
-#include "engine/observer.hpp"
-#include "engine/wire_formats.hpp"
-#include "engine/engine.hpp"
 #include "config/log.hpp"
-#include "nodecomm/ipc/clock.hpp"
+#include "engine/collectives.hpp"
+#include "engine/engine.hpp"
+#include "engine/observer.hpp"
 #include "engine/op_check.hpp"
+#include "engine/wire_formats.hpp"
+#include "nodecomm/ipc/clock.hpp"
 
 namespace nodecomm::daemon {
 
 using proto::Status;
 
 namespace {
-
-
-
 
 // Every node has announced what its ranks posted for `seq` (apply_round has compared them).
 // A split or free starts only then: it takes no ready bit and moves no data through the

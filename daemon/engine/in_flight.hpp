@@ -66,6 +66,8 @@ class InFlightToken {
   size_t amount_ = 0;
 };
 
-inline InFlightToken InFlightCounter::acquire(size_t amount) { return {value_, amount}; }
+inline InFlightToken InFlightCounter::acquire(size_t amount) {
+  return {value_, amount};
+}
 
 }  // namespace nodecomm::daemon

@@ -11,10 +11,10 @@
 
 #include "engine/feedback_state.hpp"
 #include "engine/in_flight.hpp"
-#include "nodecomm/proto/abi.hpp"
 #include "engine/schedule.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
+#include "nodecomm/proto/abi.hpp"
 
 namespace nodecomm::daemon {
 

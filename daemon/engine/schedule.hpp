@@ -20,18 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "nodecomm/proto/control.hpp"
-#include "engine/in_flight.hpp"
-#include "nodecomm/proto/types.hpp"
 #include "config/tuning.hpp"
-#include "engine/wire_formats.hpp"
+#include "engine/in_flight.hpp"
 #include "engine/staging.hpp"
+#include "engine/wire_formats.hpp"
+#include "nodecomm/proto/control.hpp"
+#include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::daemon {
 
 using TransportHandle = uint64_t;
-
-
 
 // One transfer the daemons agreed on: a range of one allreduce, several small allreduces
 // fused into one buffer, an int8 allreduce, a whole other collective, or a round.
@@ -63,7 +61,7 @@ struct CommSchedule {
   std::deque<ScheduledUnit> units;  // started, in agreed order
   // Bytes of started units: each unit's bytes_token counts its own, for as long as it lives.
   InFlightCounter bytes_in_flight;
-  TransportHandle round = 0;  // 0: no round in flight
+  TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
   std::vector<uint8_t> round_records;
   uint64_t last_round_ns = 0;
