@@ -236,9 +236,13 @@ void Engine::fail_no_memory(Job& job, Communicator& comm, Operation& op, const s
 size_t Engine::progress(Job& job, Communicator& comm) {
   if (comm.layout().node_count > 1) {
     const SchedulerTuning tuning = with_job_overrides(sched_, job.requested);
-    if (tuning.negotiated()) return progress_negotiated(job, comm, tuning);
+    if (tuning.negotiated()) {
+      OrderingPolicy& policy = negotiated_order_;
+      return policy.progress(job, comm, tuning);
+    }
   }
-  return progress_in_sequence(job, comm);
+  OrderingPolicy& policy = sequence_order_;  // it takes no tuning
+  return policy.progress(job, comm, sched_);
 }
 
 void Engine::start(Job& job, Communicator& comm, Operation& op) {
@@ -381,7 +385,7 @@ void Engine::node_lost(Job& job, const std::string& text) {
     comm->poison(Status::kPeerLost, text);
     // Transfers with the lost node never finish. Their buffers stay with the engine, because
     // the transport may still write into them, and their members get the error now.
-    abandon_schedule(comm->schedule);
+    for (OrderingPolicy* policy : policies()) policy->node_lost(*comm);
     auto& ops = comm->ops();
     for (auto it = ops.begin(); it != ops.end();) {
       Operation& op = it->second;
@@ -411,7 +415,7 @@ void Engine::fail_all(Job& job, Status status, const std::string& reason,
       // Even one whose summary exchange is in flight: the node that failed first may never
       // enter that exchange (its ranks' operation failed before it could).
       if (op.phase == Operation::Phase::kGathering || op.phase == Operation::Phase::kReady) {
-        abandon_check(op);
+        for (OrderingPolicy* policy : policies()) policy->abandon(op);
         complete(job, *comm, op, status,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()), seq,
                              reason));
@@ -465,7 +469,7 @@ void Engine::check_stalls(Job& job, uint64_t now) {
         const std::string text =
             fmt::format("operation timeout ({} s, --op-timeout-sec): {}", limits_.op_timeout_sec,
                         stall_report(job, *comm, op, now));
-        abandon_check(op);
+        for (OrderingPolicy* policy : policies()) policy->abandon(op);
         complete(job, *comm, op, Status::kTimeout, text);
         comm->poison(Status::kTimeout, text);
         notices_.push_back({job.world_rank_of(comm->layout().members[0]), Status::kTimeout, text});

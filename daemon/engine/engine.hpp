@@ -2,6 +2,7 @@
 // buffers, drives the inter-node part through the Transport, and delivers results.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -13,6 +14,7 @@
 #include "config/tuning.hpp"
 #include "engine/in_flight.hpp"
 #include "engine/job.hpp"
+#include "engine/ordering.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
 
@@ -69,26 +71,9 @@ class Engine {
  private:
   size_t drain(Job& job, ClientSession& member);
   void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
+  // Ordering (ordering.hpp): one pass over comm by its policy, sequence order or the
+  // negotiated scheduler, from the job's tuning (SchedulerTuning::negotiated).
   size_t progress(Job& job, Communicator& comm);
-  // Ordering: every daemon must start a communicator's inter-node work in the same order.
-  // One of two policies per pass, from the job's tuning (SchedulerTuning::negotiated): the
-  // negotiated scheduler (rounds: priorities, fusion, chunking; engine_schedule.cpp), or
-  // sequence order (each operation's summary exchanged and compared, then started in order;
-  // progress_in_sequence). Both compare summaries with op_check.hpp before data moves, and
-  // both hold an InFlightToken for everything they put on the network.
-  size_t progress_in_sequence(Job& job, Communicator& comm);
-  size_t progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning);
-  size_t poll_units(Job& job, Communicator& comm);
-  void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
-  void apply_round(Job& job, Communicator& comm);
-  void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
-  void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
-  void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
-                 proto::Status status = proto::Status::kPeerLost);
-  // A node is gone: the round and units on the network are given up (their records and
-  // buffers kept, the transport may still write into them) and no longer count as work.
-  void abandon_schedule(CommSchedule& sched);
-  bool locally_ready(const Communicator& comm, const Operation& op) const;
   // Stall reports and operation timeouts, at most once a second.
   void check_stalls(Job& job, uint64_t now);
   std::string stall_report(const Job& job, Communicator& comm, const Operation& op,
@@ -96,14 +81,6 @@ class Engine {
   // Poisons every communicator `affected` picks and fails what has not reached the network.
   void fail_all(Job& job, proto::Status status, const std::string& reason,
                 const std::function<bool(const Communicator&, uint32_t)>& affected);
-  // Sequence order (engine_sequence.cpp): every node's summary of `op` is exchanged and
-  // compared before its transfer starts (op_check.hpp); a disagreement poisons the
-  // communicator everywhere.
-  size_t cross_check(Job& job, Communicator& comm, Operation& op);
-  // Gives up op's summary exchange on a failed communicator: another node may never join it
-  // (its ranks failed first). The records stay with the engine, as the transport may still
-  // write into them; the communicator's group does no further exchanges.
-  void abandon_check(Operation& op);
   // Count agreement among the node's members (count_agreement.hpp); empty if they agree.
   static std::string local_counts_disagreement(const Operation& op, const CommLayout& lay);
   // Reserves op's staging against the caps once it is ready; a refusal fails it with
@@ -134,10 +111,14 @@ class Engine {
   // What was on the network with a lost node: kept, never reused, since the transport may
   // still write into it.
   std::deque<Operation> abandoned_ops_;
-  std::deque<ScheduledUnit> abandoned_units_;
-  std::deque<std::vector<uint8_t>> abandoned_records_;
-  std::deque<std::vector<OpSummary>> abandoned_checks_;
   uint64_t last_stall_check_ns_ = 0;
+  // The two ordering policies reach into the engine (start, finish, complete, the transport,
+  // the in-flight count); both are kept, as a communicator may hold state of either.
+  friend class SequenceOrder;
+  friend class NegotiatedOrder;
+  SequenceOrder sequence_order_{*this};
+  NegotiatedOrder negotiated_order_{*this};
+  std::array<OrderingPolicy*, 2> policies() { return {&sequence_order_, &negotiated_order_}; }
 };
 
 }  // namespace nodecomm::daemon

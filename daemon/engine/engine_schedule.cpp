@@ -1,7 +1,7 @@
-// The negotiated scheduler: priorities, chunking and fusion for communicators that span
-// nodes (see schedule.hpp for the design). Every daemon runs the same rounds in the same
-// order, and from the same gathered records computes the same units in the same order, so
-// the transport sees identical start sequences everywhere.
+// The negotiated scheduler (NegotiatedOrder, ordering.hpp): priorities, chunking and fusion
+// for communicators that span nodes (see schedule.hpp for the design). Every daemon runs the
+// same rounds in the same order, and from the same gathered records computes the same units in
+// the same order, so the transport sees identical start sequences everywhere.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -57,18 +57,18 @@ size_t whole_bytes(const Operation& op, const CommLayout& lay) {
 
 }  // namespace
 
-bool Engine::locally_ready(const Communicator& comm, const Operation& op) const {
+bool NegotiatedOrder::locally_ready(const Communicator& comm, const Operation& op) const {
   if (is_comm_management(op) || comm.schedule.fully_scheduled(op.seq)) return false;
   return op.phase == Operation::Phase::kReady ||
          (op.phase == Operation::Phase::kInterNode && op.scheduled_elems > 0);
 }
 
-size_t Engine::progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
   size_t work = poll_units(job, comm);
   if (sched.round != 0) {
     try {
-      if (transport_.test(sched.round)) {
+      if (engine_.transport_.test(sched.round)) {
         sched.round = 0;
         sched.round_on_network.release();
         apply_round(job, comm);
@@ -84,31 +84,31 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   }
   auto& ops = comm.ops();
   // Operations no round will take: failures, and a split or free once everything before it
-  // has left the network (nothing overtakes those, see Engine::progress).
+  // has left the network (nothing overtakes those, see SequenceOrder::progress).
   for (auto it = ops.begin(); it != ops.end();) {
     Operation& op = it->second;
     // After a failure no new round starts, so what is not wholly on the network fails now.
     const bool on_network = op.units_in_flight > 0 || sched.fully_scheduled(op.seq) ||
                             (is_comm_management(op) && op.phase == Operation::Phase::kInterNode);
     if (comm.poisoned() && !on_network && op.phase != Operation::Phase::kDone) {
-      complete(job, comm, op, comm.poison_status(),
-               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                           comm.poison_reason()));
+      engine_.complete(job, comm, op, comm.poison_status(),
+                       fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                                   comm.poison_reason()));
     }
     if (is_comm_management(op) && op.seq == sched.floor && sched.units.empty() &&
         sched.round == 0 && op.phase == Operation::Phase::kReady &&
         agreed_everywhere(sched, op.seq, comm.layout().node_count)) {
-      start(job, comm, op);
+      engine_.start(job, comm, op);
       ++work;
     }
     if (is_comm_management(op) && op.phase == Operation::Phase::kInterNode) {
       try {
-        if (transport_.test(op.handle)) {
-          finish(job, comm, op);
+        if (engine_.transport_.test(op.handle)) {
+          engine_.finish(job, comm, op);
           ++work;
         }
       } catch (const TransportError& e) {
-        fail_between_nodes(job, comm, op, e.what());
+        engine_.fail_between_nodes(job, comm, op, e.what());
       }
     }
     if (is_comm_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
@@ -118,7 +118,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     // daemon has handed it out, so that a round that names it finds it.
     if (op.phase == Operation::Phase::kDone && op.units_in_flight == 0 &&
         (sched.fully_scheduled(op.seq) || !op.advertised)) {
-      CollectiveContext ctx{job, comm, staging_, transport_};
+      CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
       release_staging(ctx, op);
       it = ops.erase(it);
     } else {
@@ -155,7 +155,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   return work;
 }
 
-void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   (void)job;
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
@@ -167,8 +167,8 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   mine.chunk_bytes = sched.chunk(tuning);
   const size_t window = sched.window(tuning);
   mine.room = window - std::min(window, sched.bytes_in_flight.value());
-  mine.algorithm = agreed_algorithm(algorithm_);
-  if (observer_ != nullptr) observer_->round_started();
+  mine.algorithm = agreed_algorithm(engine_.algorithm_);
+  if (engine_.observer_ != nullptr) engine_.observer_->round_started();
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
        ++it) {
@@ -195,14 +195,14 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
   std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
               sizeof(mine));
-  sched.round =
-      transport_.start_exchange(lay.node_comm, sched.round_records.data(), sizeof(RoundRecord));
+  sched.round = engine_.transport_.start_exchange(lay.node_comm, sched.round_records.data(),
+                                                  sizeof(RoundRecord));
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
-  sched.round_on_network = in_flight_.acquire();
+  sched.round_on_network = engine_.in_flight_.acquire();
 }
 
-void Engine::apply_round(Job& job, Communicator& comm) {
+void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
   std::vector<RoundRecord> records(lay.node_count);
@@ -249,7 +249,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     }
   }
   const RoundRecord& lead = records[0];
-  transport_.set_tuning(with_agreed_algorithm(transport_.tuning(), lead.algorithm));
+  engine_.transport_.set_tuning(with_agreed_algorithm(engine_.transport_.tuning(), lead.algorithm));
   const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
   const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
   // Ready on every node.
@@ -287,8 +287,8 @@ void Engine::apply_round(Job& job, Communicator& comm) {
     if (auto found = comm.ops().find(seq);
         found != comm.ops().end() && found->second.phase != Operation::Phase::kDone) {
       Operation& op = found->second;
-      complete(job, comm, op, Status::kNoMemory,
-               op.staging_refused.empty() ? refused : op.staging_refused);
+      engine_.complete(job, comm, op, Status::kNoMemory,
+                       op.staging_refused.empty() ? refused : op.staging_refused);
     }
     return true;
   });
@@ -399,9 +399,9 @@ void Engine::apply_round(Job& job, Communicator& comm) {
   for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
 }
 
-void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
+void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
   CommSchedule& sched = comm.schedule;
-  CollectiveContext ctx{job, comm, staging_, transport_};
+  CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
   auto op_at = [&](uint64_t seq) -> Operation& { return comm.ops().at(seq); };
   // Operations already failed here still take part, on scratch data, because the other
   // daemons run this transfer too; their results are simply not delivered.
@@ -439,7 +439,7 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         if (op.phase == Operation::Phase::kDone) {
           throw TransportError(fmt::format("seq {} already failed on this node", op.seq));
         }
-        start(job, comm, op);  // stage_in + start_network, as without scheduling
+        engine_.start(job, comm, op);  // stage_in + start_network, as without scheduling
         if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
         unit.handle = op.handle;
         unit.on_network = std::move(op.on_network);  // the unit carries its transfer now
@@ -448,7 +448,7 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     }
   } catch (const StagingExhausted& e) {
     // The other nodes run this unit: tell them, so their members fail instead of waiting.
-    notices_.push_back(
+    engine_.notices_.push_back(
         {job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
          fmt::format("out of staging memory on node {}: {}", job.node_index, e.what())});
     fail_unit(job, comm, unit, e.what(), Status::kNoMemory);
@@ -458,20 +458,21 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     return;
   }
   unit.bytes_token = sched.bytes_in_flight.acquire(unit.bytes);
-  if (!unit.on_network.held()) unit.on_network = in_flight_.acquire();
+  if (!unit.on_network.held()) unit.on_network = engine_.in_flight_.acquire();
   for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
-  if (observer_ != nullptr) observer_->unit_started(comm, unit, ipc::monotonic_ns());
+  if (engine_.observer_ != nullptr)
+    engine_.observer_->unit_started(comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
 }
 
-size_t Engine::poll_units(Job& job, Communicator& comm) {
+size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm) {
   CommSchedule& sched = comm.schedule;
   size_t work = 0;
   for (auto it = sched.units.begin(); it != sched.units.end();) {
     ScheduledUnit& unit = *it;
     bool finished = false;
     try {
-      finished = transport_.test(unit.handle);
+      finished = engine_.transport_.test(unit.handle);
     } catch (const TransportError& e) {
       fail_unit(job, comm, unit, e.what());
       it = sched.units.erase(it);  // its tokens go with it
@@ -490,10 +491,11 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
   return work;
 }
 
-void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
-  if (observer_ != nullptr) observer_->unit_finished(comm, unit, ipc::monotonic_ns());
-  staging_.release(unit.scratch);
-  staging_.release(unit.buffer);
+void NegotiatedOrder::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
+  if (engine_.observer_ != nullptr)
+    engine_.observer_->unit_finished(comm, unit, ipc::monotonic_ns());
+  engine_.staging_.release(unit.scratch);
+  engine_.staging_.release(unit.buffer);
   for (const uint64_t seq : unit.seqs) {
     auto found = comm.ops().find(seq);
     if (found == comm.ops().end()) continue;
@@ -504,34 +506,35 @@ void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
       op.finished_elems += unit.count;
       if (op.finished_elems < op.first().count) continue;
     }
-    finish(job, comm, op);
+    engine_.finish(job, comm, op);
   }
 }
 
-void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
-                       Status status) {
-  staging_.release(unit.scratch);
-  staging_.release(unit.buffer);
+void NegotiatedOrder::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit,
+                                const std::string& why, Status status) {
+  engine_.staging_.release(unit.scratch);
+  engine_.staging_.release(unit.buffer);
   std::string text;
   for (const uint64_t seq : unit.seqs) {
     auto found = comm.ops().find(seq);
     if (found == comm.ops().end()) continue;
     Operation& op = found->second;
     if (op.units_in_flight > 0) --op.units_in_flight;
-    CollectiveContext ctx{job, comm, staging_, transport_};
+    CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
     if (op.units_in_flight == 0) release_staging(ctx, op);
     text = status == Status::kNoMemory
                ? fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
                              describe_submission(op.first()), seq, comm.id(),
-                             local_ranks(comm.layout()), job.node_index, why)
+                             Engine::local_ranks(comm.layout()), job.node_index, why)
                : fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()),
                              seq, why);
-    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, status, text);
+    if (op.phase != Operation::Phase::kDone) engine_.complete(job, comm, op, status, text);
   }
   if (!text.empty()) comm.poison(status, text);
 }
 
-void Engine::abandon_schedule(CommSchedule& sched) {
+void NegotiatedOrder::node_lost(Communicator& comm) {
+  CommSchedule& sched = comm.schedule;
   if (sched.round != 0) {
     sched.round = 0;
     sched.round_on_network.release();

@@ -1,8 +1,9 @@
-// Sequence order, the ordering policy without priorities or fusion (`--priority-policy none`
-// and `--fusion off`; also every single-node communicator): each ready operation's summary is
-// exchanged among the communicator's daemons and compared (op_check.hpp), then operations
-// start strictly in sequence order, at most kMaxInterNodePerComm on the network at once. The
-// negotiated scheduler is the other policy (engine_schedule.cpp).
+// Sequence order (SequenceOrder, ordering.hpp), the ordering policy without priorities or
+// fusion (`--priority-policy none` and `--fusion off`; also every single-node communicator):
+// each ready operation's summary is exchanged among the communicator's daemons and compared
+// (op_check.hpp), then operations start strictly in sequence order, at most
+// kMaxInterNodePerComm on the network at once. The negotiated scheduler (NegotiatedOrder) is
+// the other policy (engine_schedule.cpp).
 #include <fmt/format.h>
 
 #include <optional>
@@ -21,7 +22,7 @@ namespace {
 constexpr size_t kMaxInterNodePerComm = 16;  // operations in the network at once per comm
 }  // namespace
 
-size_t Engine::progress_in_sequence(Job& job, Communicator& comm) {
+size_t SequenceOrder::progress(Job& job, Communicator& comm, const SchedulerTuning&) {
   size_t work = 0;
   size_t in_network = 0;
   // Once one operation cannot start, later ones may still check their summaries but must
@@ -32,9 +33,9 @@ size_t Engine::progress_in_sequence(Job& job, Communicator& comm) {
     Operation& op = it->second;
     if (op.phase == Operation::Phase::kGathering) {
       if (!comm.poisoned()) break;  // later operations must not overtake it on the network
-      complete(job, comm, op, comm.poison_status(),
-               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                           comm.poison_reason()));
+      engine_.complete(job, comm, op, comm.poison_status(),
+                       fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                                   comm.poison_reason()));
     }
     try {
       if (op.phase == Operation::Phase::kReady && (op.check != 0 || !comm.poisoned())) {
@@ -43,29 +44,29 @@ size_t Engine::progress_in_sequence(Job& job, Communicator& comm) {
       if (op.phase == Operation::Phase::kReady) {
         if (comm.poisoned()) {
           if (op.check == 0) {
-            complete(job, comm, op, comm.poison_status(),
-                     fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                                 comm.poison_reason()));
+            engine_.complete(job, comm, op, comm.poison_status(),
+                             fmt::format("{} seq {} not run: {}", describe_submission(op.first()),
+                                         op.seq, comm.poison_reason()));
           }
         } else if (!held && op.cross_checked && in_network < kMaxInterNodePerComm) {
-          start(job, comm, op);
+          engine_.start(job, comm, op);
           ++work;
         } else {
           held = true;
         }
       }
       if (op.phase == Operation::Phase::kInterNode) {
-        if (transport_.test(op.handle)) {
-          finish(job, comm, op);
+        if (engine_.transport_.test(op.handle)) {
+          engine_.finish(job, comm, op);
           ++work;
         } else {
           ++in_network;
         }
       }
     } catch (const StagingExhausted& e) {
-      fail_no_memory(job, comm, op, e.what());
+      engine_.fail_no_memory(job, comm, op, e.what());
     } catch (const TransportError& e) {
-      fail_between_nodes(job, comm, op, e.what());
+      engine_.fail_between_nodes(job, comm, op, e.what());
     }
     // Nothing overtakes a split or free: the communicators it makes or drops must exist
     // identically on every daemon before anything else runs on them.
@@ -80,7 +81,7 @@ size_t Engine::progress_in_sequence(Job& job, Communicator& comm) {
   return work;
 }
 
-size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
+size_t SequenceOrder::cross_check(Job& job, Communicator& comm, Operation& op) {
   const CommLayout& lay = comm.layout();
   if (op.cross_checked) return 0;
   if (lay.node_count == 1) {
@@ -90,12 +91,13 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
   if (op.check == 0) {
     op.check_records.assign(lay.node_count, OpSummary{});
     op.check_records[lay.node_index] = summarize(op, lay);
-    op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(), sizeof(OpSummary));
-    op.on_network = in_flight_.acquire();
+    op.check = engine_.transport_.start_exchange(lay.node_comm, op.check_records.data(),
+                                                 sizeof(OpSummary));
+    op.on_network = engine_.in_flight_.acquire();
   }
   bool done = false;
   try {
-    done = transport_.test(op.check);
+    done = engine_.transport_.test(op.check);
   } catch (const TransportError& e) {
     op.on_network.release();
     op.check = 0;
@@ -114,8 +116,8 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
     // A node that cannot stage it: it fails everywhere alike, and nothing else does.
     if (const std::string refused = cross_node_refusal(comm.id(), op.seq, by_node, lay);
         !refused.empty()) {
-      complete(job, comm, op, Status::kNoMemory,
-               op.staging_refused.empty() ? refused : op.staging_refused);
+      engine_.complete(job, comm, op, Status::kNoMemory,
+                       op.staging_refused.empty() ? refused : op.staging_refused);
     }
   } else {
     comm.poison(Status::kMismatch, disagreement);
@@ -124,7 +126,7 @@ size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
   return 1;
 }
 
-void Engine::abandon_check(Operation& op) {
+void SequenceOrder::abandon(Operation& op) {
   if (op.check == 0) return;
   op.on_network.release();  // nothing waits for it any more
   op.check = 0;
