@@ -27,6 +27,9 @@ class Engine {
  public:
   Engine(Transport& transport, StagingPool& staging, EngineLimits limits = {})
       : transport_(transport), staging_(staging), limits_(limits) {}
+  // Its ordering policies hold a reference to it: it stays where it was made.
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Priorities, fusion and chunking for operations that span nodes (schedule.hpp); a job's
   // own overrides (NODECOMM_PRIORITY_POLICY, ...) apply on top.

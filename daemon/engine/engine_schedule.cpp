@@ -88,7 +88,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   for (auto it = ops.begin(); it != ops.end();) {
     Operation& op = it->second;
     // After a failure no new round starts, so what is not wholly on the network fails now.
-    const bool on_network = op.units_in_flight > 0 || sched.fully_scheduled(op.seq) ||
+    const bool on_network = op.units_in_flight.value() > 0 || sched.fully_scheduled(op.seq) ||
                             (is_comm_management(op) && op.phase == Operation::Phase::kInterNode);
     if (comm.poisoned() && !on_network && op.phase != Operation::Phase::kDone) {
       engine_.complete(job, comm, op, comm.poison_status(),
@@ -116,7 +116,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
     }
     // A finished operation stays while a transfer still uses its buffers, and until every
     // daemon has handed it out, so that a round that names it finds it.
-    if (op.phase == Operation::Phase::kDone && op.units_in_flight == 0 &&
+    if (op.phase == Operation::Phase::kDone && op.units_in_flight.value() == 0 &&
         (sched.fully_scheduled(op.seq) || !op.advertised)) {
       CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
       release_staging(ctx, op);
@@ -459,7 +459,9 @@ void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit uni
   }
   unit.bytes_token = sched.bytes_in_flight.acquire(unit.bytes);
   if (!unit.on_network.held()) unit.on_network = engine_.in_flight_.acquire();
-  for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
+  for (const uint64_t seq : unit.seqs) {
+    unit.op_tokens.push_back(comm.ops().at(seq).units_in_flight.acquire());
+  }
   if (engine_.observer_ != nullptr)
     engine_.observer_->unit_started(comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
@@ -496,11 +498,12 @@ void NegotiatedOrder::unit_done(Job& job, Communicator& comm, ScheduledUnit& uni
     engine_.observer_->unit_finished(comm, unit, ipc::monotonic_ns());
   engine_.staging_.release(unit.scratch);
   engine_.staging_.release(unit.buffer);
-  for (const uint64_t seq : unit.seqs) {
+  for (size_t k = 0; k < unit.seqs.size(); ++k) {
+    const uint64_t seq = unit.seqs[k];
     auto found = comm.ops().find(seq);
     if (found == comm.ops().end()) continue;
     Operation& op = found->second;
-    --op.units_in_flight;
+    unit.op_tokens[k].release();                        // this transfer no longer uses op's buffers
     if (op.phase == Operation::Phase::kDone) continue;  // failed here meanwhile
     if (unit.kind == ScheduledUnit::Kind::kChunk) {
       op.finished_elems += unit.count;
@@ -515,13 +518,15 @@ void NegotiatedOrder::fail_unit(Job& job, Communicator& comm, ScheduledUnit& uni
   engine_.staging_.release(unit.scratch);
   engine_.staging_.release(unit.buffer);
   std::string text;
-  for (const uint64_t seq : unit.seqs) {
+  for (size_t k = 0; k < unit.seqs.size(); ++k) {
+    const uint64_t seq = unit.seqs[k];
     auto found = comm.ops().find(seq);
     if (found == comm.ops().end()) continue;
     Operation& op = found->second;
-    if (op.units_in_flight > 0) --op.units_in_flight;
+    // A unit that failed to start holds no tokens yet; another unit of op may still be running.
+    if (k < unit.op_tokens.size()) unit.op_tokens[k].release();
     CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
-    if (op.units_in_flight == 0) release_staging(ctx, op);
+    if (op.units_in_flight.value() == 0) release_staging(ctx, op);
     text = status == Status::kNoMemory
                ? fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
                              describe_submission(op.first()), seq, comm.id(),

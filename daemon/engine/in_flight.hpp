@@ -20,8 +20,12 @@ class InFlightCounter {
   InFlightCounter() = default;
   InFlightCounter(const InFlightCounter&) = delete;
   InFlightCounter& operator=(const InFlightCounter&) = delete;
+  // Moves with what it counts (an operation moved to the engine's abandoned list): its tokens
+  // follow it, and the moved-from counter counts nothing.
+  InFlightCounter(InFlightCounter&& other) noexcept = default;
+  InFlightCounter& operator=(InFlightCounter&& other) noexcept = default;
 
-  size_t value() const { return *value_; }
+  size_t value() const { return value_ != nullptr ? *value_ : 0; }
   // A token for `amount` units of work (one transfer, or a unit's bytes).
   [[nodiscard]] InFlightToken acquire(size_t amount = 1);
 
@@ -67,6 +71,7 @@ class InFlightToken {
 };
 
 inline InFlightToken InFlightCounter::acquire(size_t amount) {
+  if (value_ == nullptr) value_ = std::make_shared<size_t>(0);  // moved from, used again
   return {value_, amount};
 }
 

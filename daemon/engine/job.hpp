@@ -62,7 +62,9 @@ struct Operation {
   // given back when it completes; or, if refused, the bytes it needed and why.
   size_t staging_reserved_bytes = 0;
   std::string staging_refused;
-  uint32_t units_in_flight = 0;
+  // Scheduled units on the network that use its buffers: each holds a token of this for it
+  // (ScheduledUnit::op_tokens), so it is kept, and its staging too, until the last is gone.
+  InFlightCounter units_in_flight;
   int split_step = 0;  // 1: exchanging records; 2: creating the daemons' groups
   bool stall_reported = false;
   // A member vanished while the transport was still reading or delivering its ranges.

@@ -46,6 +46,8 @@ struct ScheduledUnit {
   StagingPool::Buffer scratch;  // the algorithm's scratch
   InFlightToken on_network;     // one transfer in the engine's in-flight work, while started
   InFlightToken bytes_token;    // `bytes` in CommSchedule::bytes_in_flight, while started
+  // One per seqs[k], in that operation's units_in_flight, while started.
+  std::vector<InFlightToken> op_tokens;
 };
 
 // The adaptive window's bounds and the chunk's.
