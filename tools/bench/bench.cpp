@@ -25,19 +25,15 @@ namespace nodecomm::bench {
 std::optional<uint64_t> parse_bytes(std::string_view text, std::string* why) {
   std::string reason;
   const std::optional<uint64_t> bytes = ipc::parse_byte_size(text, reason);
-  if (bytes && (*bytes == 0 || *bytes > kMaxBytes)) reason = "outside [1, 1024G]";
-  if (bytes && reason.empty()) return bytes;
-  if (why != nullptr) *why = std::move(reason);
+  if (bytes && *bytes >= 1 && *bytes <= kMaxBytes) return bytes;
+  if (why != nullptr) *why = bytes ? "out of range" : std::move(reason);
   return std::nullopt;
 }
 
 std::string bad_byte_count(std::string_view text) {
   std::string why;
   if (parse_bytes(text, &why)) return {};
-  return fmt::format(
-      "'{}' is not a byte count in [1, 1024G] (digits with an optional K, M, G or T suffix, "
-      "powers of 1024): {}",
-      text, why);
+  return fmt::format("'{}' is not a byte count in [1, 1024G]: {}", text, why);
 }
 
 std::optional<double> parse_link_rate(std::string_view text) {
