@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "fuzz_input.hpp"
-#include "job.hpp"
+#include "engine/job.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "submission_decode.hpp"
+#include "engine/submission_decode.hpp"
 
 namespace nodecomm::fuzz {
 namespace {

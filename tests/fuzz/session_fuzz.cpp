@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 #include "fuzz_input.hpp"
-#include "log.hpp"
+#include "config/log.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "submission_decode.hpp"
+#include "engine/submission_decode.hpp"
 
 namespace nodecomm::fuzz {
 namespace {
