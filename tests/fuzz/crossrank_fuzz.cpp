@@ -44,14 +44,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/count_agreement.hpp"
 #include "crossrank_engine.hpp"
 #include "crossrank_input.hpp"
-#include "fuzz_input.hpp"
+#include "engine/count_agreement.hpp"
 #include "engine/job.hpp"
-#include "nodecomm/ipc/validate.hpp"
 #include "engine/op_check.hpp"
 #include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
+#include "nodecomm/ipc/validate.hpp"
 
 namespace nodecomm::fuzz {
 namespace {

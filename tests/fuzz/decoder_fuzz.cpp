@@ -27,11 +27,11 @@
 #include <set>
 #include <vector>
 
-#include "fuzz_input.hpp"
 #include "engine/job.hpp"
+#include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "engine/submission_decode.hpp"
 
 namespace nodecomm::fuzz {
 namespace {

@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "session/client_session.hpp"
-#include "fuzz_input.hpp"
 #include "config/log.hpp"
+#include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "engine/submission_decode.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::fuzz {
 namespace {
