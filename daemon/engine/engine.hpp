@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/inter_node.hpp"
 #include "config/tuning.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
@@ -20,11 +21,15 @@ namespace nodecomm::daemon {
 class ClientSession;
 class EngineObserver;
 
-
 class Engine {
  public:
   Engine(Transport& transport, StagingPool& staging, EngineLimits limits = {})
       : transport_(transport), staging_(staging), limits_(limits) {}
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Inter-node operations started and not yet complete (the daemon polls hard while any are).
+  size_t network_in_flight() const { return transport_.in_flight(); }
 
   // Priorities, fusion and chunking for operations that span nodes (schedule.hpp); a job's
   // own overrides (NODECOMM_PRIORITY_POLICY, ...) apply on top.
@@ -109,7 +114,9 @@ class Engine {
   void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
                 const std::string& message);
 
-  Transport& transport_;
+  // The inter-node operations: algorithm choice and the point-to-point algorithms over the
+  // transport (algorithms/inter_node.hpp).
+  InterNode transport_;
   StagingPool& staging_;
   EngineLimits limits_;
   SchedulerTuning sched_;
