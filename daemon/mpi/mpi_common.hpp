@@ -1,6 +1,6 @@
 // What every part of the MPI transport shares: the MPI header (C API only), type and operation
 // mappings, and turning MPI error codes into TransportErrors. Only the MPI transport's files
-// (net/transport_mpi.cpp, net/mpi_*.cpp, net/transport_mpi_liveness.*) include this or mpi.h.
+// (daemon/mpi/) include this or mpi.h.
 #pragma once
 
 // The C API only: the deprecated C++ bindings would need libmpi_cxx.

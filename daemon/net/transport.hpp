@@ -8,7 +8,7 @@
 //                      operation's ordering;
 //   Transport          the three together, plus polling the handles they return.
 // Choosing an algorithm and running it is not the transport's job: it lives with the algorithms.
-// The MPI implementation (transport_mpi*.cpp, mpi_*.cpp) is the only code that includes mpi.h;
+// The MPI implementation (daemon/mpi/) is the only code that includes mpi.h;
 // the loopback implementation runs the engine on one node.
 #pragma once
 
