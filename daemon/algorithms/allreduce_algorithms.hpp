@@ -16,7 +16,7 @@
 #include <string>
 
 #include "config/tuning.hpp"
-#include "net/allreduce_hooks.hpp"
+#include "algorithms/allreduce_hooks.hpp"
 #include "net/p2p.hpp"
 #include "nodecomm/proto/types.hpp"
 

@@ -167,7 +167,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
       last_work_ns_ = now;
       continue;
     }
-    const bool network_busy = transport_.in_flight() > 0;
+    const bool network_busy = engine_.network_in_flight() > 0;
     if (network_busy) {
       // MPI only progresses inside MPI calls: keep calling, but give the CPU away between
       // calls, since on a shared machine the peers and the kernel's TCP need it too.
@@ -608,9 +608,13 @@ void Daemon::on_mapped(ClientSession& client) {
   job.mine = Job::NodeRecord{XXH3_64bits(job.name.data(), job.name.size()), job.local_size,
                              job.node_index};
   job.gathered.assign(job.node_count, Job::NodeRecord{});
+  job.gathered[job.node_index] = job.mine;
   try {
-    job.formation =
-        transport_.start_allgather(&job.mine, sizeof(Job::NodeRecord), job.gathered.data());
+    // Every node's record to every node, in place (MPI_Iallgatherv on the world).
+    const std::vector<size_t> bytes(job.node_count, sizeof(Job::NodeRecord));
+    std::vector<size_t> displs(job.node_count);
+    for (uint32_t n = 0; n < job.node_count; ++n) displs[n] = n * sizeof(Job::NodeRecord);
+    job.formation = transport_.start_allgatherv(kAllNodes, job.gathered.data(), bytes, displs);
     job.state = Job::State::kForming;
   } catch (const TransportError& e) {
     job.state = Job::State::kFailed;

@@ -471,7 +471,7 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
   const NodeComm nc = lay.node_comm;
   const uint32_t root_node =
       proto::collective_has_root(s.collective) ? lay.node_of_rank(s.root) : 0;
-  Transport& t = ctx.transport;
+  InterNode& t = ctx.transport;
   std::vector<size_t> bytes;
   std::vector<size_t> displs;
   switch (s.collective) {

@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "algorithms/inter_node.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
@@ -19,7 +20,7 @@ struct CollectiveContext {
   Job& job;
   Communicator& comm;
   StagingPool& staging;
-  Transport& transport;
+  InterNode& transport;  // the inter-node operations over the transport
 };
 
 // The staging memory could not be had (StagingPool::acquire threw std::bad_alloc). A

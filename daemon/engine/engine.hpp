@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/inter_node.hpp"
 #include "config/tuning.hpp"
 #include "engine/in_flight.hpp"
 #include "engine/job.hpp"
@@ -30,6 +31,9 @@ class Engine {
   // Its ordering policies hold a reference to it: it stays where it was made.
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+
+  // Inter-node operations started and not yet complete (the daemon polls hard while any are).
+  size_t network_in_flight() const { return transport_.in_flight(); }
 
   // Priorities, fusion and chunking for operations that span nodes (schedule.hpp); a job's
   // own overrides (NODECOMM_PRIORITY_POLICY, ...) apply on top.
@@ -101,7 +105,9 @@ class Engine {
   void fail_one(ClientSession& member, const proto::OpDescriptor& desc, proto::Status status,
                 const std::string& message);
 
-  Transport& transport_;
+  // The inter-node operations: algorithm choice and the point-to-point algorithms over the
+  // transport (algorithms/inter_node.hpp).
+  InterNode transport_;
   StagingPool& staging_;
   EngineLimits limits_;
   SchedulerTuning sched_;

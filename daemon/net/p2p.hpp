@@ -1,6 +1,7 @@
 // Point-to-point messaging between the daemons of one node group: what the inter-node
-// algorithms (allreduce_algorithms.hpp) need from a network, and nothing more. The MPI
-// implementation lives in transport_mpi.cpp; tests use an in-memory one.
+// algorithms (algorithms/allreduce_algorithms.hpp) need from a network, and nothing more. Each
+// transport gives one per group (NodeGroups::p2p): MPI's is daemon/mpi/mpi_p2p.hpp; unit tests
+// use an in-memory one.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // What an inter-node allreduce asks of the engine while it runs: the node's contribution range
-// by range, the result range by range, and scratch memory. The transport interface and the
-// algorithms (algorithms/) both take it, so it lives below both.
+// by range, the result range by range, and scratch memory. The algorithms and their runner
+// (inter_node.hpp) take it; the transport never sees it.
 #pragma once
 
 #include <cstddef>

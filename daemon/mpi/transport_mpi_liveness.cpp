@@ -1,4 +1,4 @@
-#include "net/transport_mpi_liveness.hpp"
+#include "mpi/transport_mpi_liveness.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,0 +1,119 @@
+// The engine's inter-node operations: given the network (net/transport.hpp), starts each one
+// either as one of our point-to-point algorithms (ring, recursive doubling, record exchange,
+// chunked transfers for counts beyond the native library's) or as the native collective, and
+// polls them all through one set of handles. This is where the algorithm is chosen, from the
+// agreed tuning (Transport::tuning) and sizes every daemon of the group knows alike, so that
+// every daemon takes the same path for every operation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/allreduce_algorithms.hpp"
+#include "net/transport.hpp"
+
+namespace nodecomm::daemon {
+
+class InterNode {
+ public:
+  explicit InterNode(Transport& net) : net_(net) {}
+  InterNode(const InterNode&) = delete;
+  InterNode& operator=(const InterNode&) = delete;
+
+  Transport& net() { return net_; }
+  // The agreed algorithm parameters (Transport::tuning), applied to operations started from
+  // now on.
+  void set_tuning(const AlgorithmTuning& tuning) { net_.set_tuning(tuning); }
+  const AlgorithmTuning& tuning() const { return net_.tuning(); }
+
+  // Reduces `count` elements of `buffer` in place across the group, with the algorithm the
+  // tuning picks (the ring whenever `wire` compresses, see AllreduceSpec::wire). hooks.prepare
+  // runs for every range before it is read and hooks.done once a range holds the result (see
+  // allreduce_algorithms.hpp).
+  TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
+                                  proto::RedOp op, proto::Compression wire,
+                                  const AllreduceHooks& hooks);
+  // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: one
+  // message to and from each peer, the least latency there is (the scheduler's rounds, the
+  // operation summaries). Exchanges are a stream of their own, with tags apart from the
+  // transfers', since daemons interleave the two streams differently.
+  TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes);
+  // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
+  // [rdispls[me], +rbytes[me]).
+  TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,
+                                  std::vector<size_t> sdispls, void* recv,
+                                  std::vector<size_t> rbytes, std::vector<size_t> rdispls);
+  // As NativeCollectives, with counts beyond max_count() carried as chunked transfers.
+  TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes, uint32_t root_node);
+  TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                   std::vector<size_t> displs);
+  TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                std::vector<size_t> displs, uint32_t root_node);
+  TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
+                                 std::vector<size_t> displs, uint32_t root_node);
+  // Native only (the transport carries any count of these itself).
+  TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
+                               proto::RedOp op, uint32_t root_node) {
+    return net_.start_reduce(comm, buffer, count, dtype, op, root_node);
+  }
+  TransportHandle start_reduce_scatter(NodeComm comm, void* buffer, std::vector<size_t> node_counts,
+                                       proto::DType dtype, proto::RedOp op) {
+    return net_.start_reduce_scatter(comm, buffer, std::move(node_counts), dtype, op);
+  }
+  TransportHandle start_barrier(NodeComm comm) { return net_.start_barrier(comm); }
+  // Node groups, as NodeGroups (free_group also forgets the group's tag counters).
+  TransportHandle start_split_groups(NodeComm parent, std::vector<bool> include) {
+    return net_.start_split_groups(parent, std::move(include));
+  }
+  std::vector<NodeComm> take_groups(TransportHandle handle) { return net_.take_groups(handle); }
+  void free_group(NodeComm comm);
+
+  // Called once per engine pass before any test(): the point-to-point requests are polled
+  // once per pass, however many algorithms are in flight.
+  void begin_pass() { pass_polled_ = false; }
+  // True once the operation is complete (the handle is then released), whether it is one of
+  // the algorithms here or the transport's. Throws TransportError.
+  bool test(TransportHandle handle);
+  // Operations started and not yet reported complete, here and in the transport.
+  size_t in_flight() const { return algorithms_.size() + net_.in_flight(); }
+
+ private:
+  // Handles of the algorithms run here have this bit set, so they never collide with the
+  // transport's.
+  static constexpr TransportHandle kOwnHandle = TransportHandle{1} << 63;
+  struct Group {
+    uint64_t started = 0;    // point-to-point transfers started, for tags
+    uint64_t exchanges = 0;  // exchanges started, for tags in the upper half
+  };
+  Group& group(NodeComm comm) { return groups_[comm]; }
+  // Operations whose tag ranges can be told apart on `net`: half the tag space each for the
+  // transfers and the exchanges.
+  static int tag_windows(const PointToPoint& net);
+  TransportHandle run(std::unique_ptr<AllreduceAlgorithm> algorithm, PointToPoint& net);
+  // Point-to-point transfers of any size on the group's lanes (chunked_transfers.hpp), with a
+  // tag window of their own like every other point-to-point operation.
+  TransportHandle start_chunked(NodeComm comm, std::vector<struct Transfer> sends,
+                                std::vector<struct Transfer> recvs);
+  // gatherv (to_root) and scatterv beyond the native counts: each node's block travels between
+  // it and the root as chunked point-to-point messages.
+  TransportHandle start_rooted_chunked(NodeComm comm, uint8_t* base,
+                                       const std::vector<size_t>& bytes,
+                                       const std::vector<size_t>& displs, uint32_t root_node,
+                                       bool to_root);
+  bool fit(const std::vector<size_t>& values) const;
+
+  struct Running {
+    std::unique_ptr<AllreduceAlgorithm> algorithm;
+    PointToPoint* net;
+  };
+  Transport& net_;
+  std::unordered_map<NodeComm, Group> groups_;
+  std::unordered_map<TransportHandle, Running> algorithms_;
+  TransportHandle next_ = kOwnHandle | 1;
+  bool pass_polled_ = false;  // the point-to-point requests were polled in this engine pass
+};
+
+}  // namespace nodecomm::daemon
