@@ -1,0 +1,76 @@
+// Several nodes in one test process: one real Daemon per node, each in its own thread over
+// an in-memory transport (transport_inmemory.hpp), and one client thread per rank that
+// attaches through the real client library (nc_init with explicit options: the runtime
+// directory of its node's daemon, the job, its local rank and size), as Gloo's tests run
+// every rank of a context in one process.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.hpp"
+#include "nodecomm.h"
+#include "transport.hpp"
+
+namespace nodecomm::daemon {
+class Daemon;
+class InMemoryWorld;
+}  // namespace nodecomm::daemon
+
+namespace nodecomm::engine_test {
+
+// Ranks per node, e.g. {3, 1, 2}; world rank = node offset + local rank.
+struct Layout {
+  std::vector<uint32_t> ranks;
+  std::string name() const;
+  uint32_t world_size() const;
+};
+
+// What one rank's thread sees.
+struct Rank {
+  nc_context_t* ctx = nullptr;
+  int rank = 0;  // world rank
+  int size = 0;
+  uint32_t node = 0;
+  uint32_t local_rank = 0;
+  // Records a failure (thread-safe); the test fails with the first few of them.
+  std::function<void(const std::string&)> fail;
+};
+
+class Cluster {
+ public:
+  // `tweak` may change each daemon's configuration before it starts.
+  explicit Cluster(Layout layout,
+                   const std::function<void(daemon::DaemonConfig&)>& tweak = nullptr);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Runs `body` on every rank of one job, each in its own thread with its own context, and
+  // returns the failures (empty when every rank succeeded). Contexts finalize afterwards.
+  std::vector<std::string> run(const std::function<void(Rank&)>& body);
+  const Layout& layout() const { return layout_; }
+
+ private:
+  Layout layout_;
+  std::string base_dir_;
+  std::shared_ptr<daemon::InMemoryWorld> world_;
+  std::vector<std::unique_ptr<daemon::Transport>> transports_;
+  std::vector<std::unique_ptr<daemon::Daemon>> daemons_;
+  std::vector<std::string> runtime_dirs_;
+  std::vector<std::thread> loops_;
+  std::atomic<bool> stop_{false};
+  std::vector<int> exit_codes_;
+  uint32_t jobs_ = 0;
+};
+
+// Waits for `req`, recording a failure that names `what` unless it completes with NC_OK.
+bool wait_ok(Rank& r, nc_status_t posted, nc_request_t req, const std::string& what);
+
+}  // namespace nodecomm::engine_test

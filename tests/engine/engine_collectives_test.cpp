@@ -1,0 +1,583 @@
+// Every collective through the whole multi-node path (client library, rings, each node's real
+// daemon and engine, the inter-node transport) with every node in this process, over the
+// in-memory transport, on the layouts 1x4, 2x2, 3x(3,1,2) and 5x1. Each result is checked
+// element by element against a reference computed here from the same generator, with odd
+// counts, in place and out of place, from the arena (zero copy) and from the heap (copied).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cluster.hpp"
+#include "fmt/format.h"
+
+namespace nodecomm::engine_test {
+namespace {
+
+// ---- data and reference -------------------------------------------------------------------
+
+// Rank r's element i: small integers, so that every order of summing floats is exact, and
+// integer types wrap alike whatever the order (modular arithmetic).
+int64_t value(int rank, size_t i, nc_redop_t op) {
+  if (op == NC_PROD) return static_cast<int64_t>((static_cast<size_t>(rank) + i) % 3) + 1;
+  return static_cast<int64_t>((i * 7 + static_cast<size_t>(rank) * 13 + 5) % 23) - 11;
+}
+
+template <class T>
+T combine(T a, T b, nc_redop_t op) {
+  switch (op) {
+    case NC_SUM:
+      return static_cast<T>(a + b);
+    case NC_PROD:
+      return static_cast<T>(a * b);
+    case NC_MIN:
+      return std::min(a, b);
+    default:
+      return std::max(a, b);
+  }
+}
+
+// The reduction over ranks [0, size) of element i, computed in T.
+template <class T>
+T reduced(int size, size_t i, nc_redop_t op, const std::vector<int>& ranks = {}) {
+  const auto member = [&](int k) { return ranks.empty() ? k : ranks[static_cast<size_t>(k)]; };
+  const int n = ranks.empty() ? size : static_cast<int>(ranks.size());
+  T acc = static_cast<T>(value(member(0), i, op));
+  for (int k = 1; k < n; ++k) acc = combine(acc, static_cast<T>(value(member(k), i, op)), op);
+  return acc;
+}
+
+template <class F>
+void with_dtype(nc_dtype_t dtype, F&& f) {
+  switch (dtype) {
+    case NC_F32:
+      return f(float{});
+    case NC_F64:
+      return f(double{});
+    case NC_I32:
+      return f(int32_t{});
+    case NC_I64:
+      return f(int64_t{});
+    case NC_I8:
+      return f(int8_t{});
+    default:
+      return f(uint8_t{});
+  }
+}
+
+// A buffer in the arena (the zero-copy path) or on the heap (copied through the arena).
+class Buf {
+ public:
+  Buf(nc_context_t* ctx, size_t bytes, bool arena) : ctx_(ctx), arena_(arena) {
+    if (arena && bytes > 0) {
+      void* p = nullptr;
+      if (nc_alloc(ctx, bytes, &p) != NC_OK) {
+        throw std::runtime_error(fmt::format("nc_alloc {}: {}", bytes, nc_last_error()));
+      }
+      data_ = static_cast<uint8_t*>(p);
+    } else {
+      heap_.resize(std::max<size_t>(bytes, 1));
+      data_ = heap_.data();
+    }
+  }
+  ~Buf() {
+    if (arena_ && data_ != nullptr && heap_.empty()) nc_free(ctx_, data_);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+
+ private:
+  nc_context_t* ctx_;
+  bool arena_;
+  uint8_t* data_ = nullptr;
+  std::vector<uint8_t> heap_;
+};
+
+template <class T>
+void fill(T* data, size_t count, int rank, nc_redop_t op, size_t first = 0) {
+  for (size_t i = 0; i < count; ++i) data[i] = static_cast<T>(value(rank, first + i, op));
+}
+
+// Compares `count` elements with expect(i); records the first few mismatches.
+template <class T, class Expect>
+bool check(Rank& r, const std::string& what, const T* got, size_t count, Expect&& expect) {
+  int wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const T want = expect(i);
+    if (got[i] != want) {
+      if (wrong++ < 3) {
+        r.fail(fmt::format("{}: element {} is {}, expected {}", what, i,
+                           static_cast<double>(got[i]), static_cast<double>(want)));
+      }
+    }
+  }
+  if (wrong > 3) r.fail(fmt::format("{}: {} wrong elements in all", what, wrong));
+  return wrong == 0;
+}
+
+std::string dt(nc_dtype_t d) {
+  return nc_dtype_name(d);
+}
+std::string op_name(nc_redop_t op) {
+  return nc_redop_name(op);
+}
+
+// ---- the fixture --------------------------------------------------------------------------
+
+class EngineTest : public ::testing::TestWithParam<Layout> {
+ protected:
+  void expect_clean(const std::vector<std::string>& failures) {
+    for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+    if (failures.size() > 20) ADD_FAILURE() << failures.size() << " failures in all";
+  }
+};
+
+struct Sample {
+  nc_dtype_t dtype;
+  nc_redop_t op;
+};
+const std::vector<Sample> kAllreduceSamples = {
+    {NC_F32, NC_SUM},  {NC_F32, NC_PROD}, {NC_F32, NC_MIN}, {NC_F32, NC_MAX}, {NC_F64, NC_SUM},
+    {NC_F64, NC_PROD}, {NC_I32, NC_SUM},  {NC_I32, NC_MAX}, {NC_I64, NC_SUM}, {NC_I64, NC_MIN},
+    {NC_I8, NC_SUM},   {NC_I8, NC_PROD},  {NC_U8, NC_SUM},  {NC_U8, NC_MIN}};
+
+// One allreduce of `count` elements, in place or not, from the arena or the heap.
+void allreduce_once(Rank& r, nc_dtype_t dtype, nc_redop_t op, size_t count, bool in_place,
+                    bool arena, nc_comm_t comm = NC_COMM_WORLD,
+                    const std::vector<int>& members = {}, int size = 0) {
+  with_dtype(dtype, [&]<class T>(T) {
+    const std::string what =
+        fmt::format("allreduce {} {} count {} {} {}", dt(dtype), op_name(op), count,
+                    in_place ? "in place" : "out of place", arena ? "arena" : "heap");
+    Buf send(r.ctx, count * sizeof(T), arena);
+    Buf recv(r.ctx, count * sizeof(T), arena);
+    fill(send.as<T>(), count, r.rank, op);
+    T* out = in_place ? send.as<T>() : recv.as<T>();
+    nc_request_t req = 0;
+    const nc_status_t s =
+        nc_allreduce(r.ctx, send.as<T>(), out, count, dtype, op, comm, nullptr, &req);
+    if (!wait_ok(r, s, req, what)) return;
+    check(r, what, out, count,
+          [&](size_t i) { return reduced<T>(size > 0 ? size : r.size, i, op, members); });
+    if (!in_place) {
+      check(r, what + " (send untouched)", send.as<T>(), count,
+            [&](size_t i) { return static_cast<T>(value(r.rank, i, op)); });
+    }
+  });
+}
+
+TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    for (const Sample& s : kAllreduceSamples) {
+      for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) {
+        allreduce_once(r, s.dtype, s.op, count, /*in_place=*/count != 7, /*arena=*/count != 1);
+      }
+    }
+    // Beyond the recursive-doubling threshold: the ring.
+    allreduce_once(r, NC_F32, NC_SUM, 65539, true, true);
+    allreduce_once(r, NC_I32, NC_MAX, 65539, false, false);
+  }));
+}
+
+// Many allreduces posted before any is waited for: the scheduler orders and fuses them alike
+// on every node.
+TEST_P(EngineTest, AllreduceManyInFlight) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    constexpr int kOps = 24;
+    std::vector<std::unique_ptr<Buf>> bufs;
+    std::vector<nc_request_t> reqs(kOps, 0);
+    std::vector<size_t> counts;
+    for (int k = 0; k < kOps; ++k) {
+      const size_t count = 1 + static_cast<size_t>(k) * 37 % 3001;
+      counts.push_back(count);
+      bufs.push_back(std::make_unique<Buf>(r.ctx, count * sizeof(int32_t), k % 2 == 0));
+      fill(bufs.back()->as<int32_t>(), count, r.rank + k, NC_SUM);
+      const nc_op_attr_t attr{k % 3, nullptr, NC_COMPRESS_NONE};
+      if (nc_allreduce(r.ctx, bufs.back()->as<int32_t>(), bufs.back()->as<int32_t>(), count, NC_I32,
+                       NC_SUM, NC_COMM_WORLD, &attr, &reqs[static_cast<size_t>(k)]) != NC_OK) {
+        r.fail(fmt::format("posting allreduce {}: {}", k, nc_last_error()));
+        return;
+      }
+    }
+    if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
+      r.fail(fmt::format("wait_all: {}", nc_last_error()));
+      return;
+    }
+    for (int k = 0; k < kOps; ++k) {
+      check(r, fmt::format("allreduce {} of {} in flight", k, kOps), bufs[k]->as<int32_t>(),
+            counts[k], [&](size_t i) {
+              int32_t acc = 0;
+              for (int q = 0; q < r.size; ++q) acc += static_cast<int32_t>(value(q + k, i, NC_SUM));
+              return acc;
+            });
+    }
+  }));
+}
+
+TEST_P(EngineTest, ReduceEveryRootInAndOutOfPlace) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    for (int root : {0, r.size - 1, r.size / 2}) {
+      for (const Sample s :
+           {Sample{NC_F32, NC_SUM}, Sample{NC_I64, NC_MAX}, Sample{NC_U8, NC_SUM}}) {
+        for (size_t count : {size_t{7}, size_t{4099}}) {
+          with_dtype(s.dtype, [&]<class T>(T) {
+            const bool in_place = count == 7;
+            const bool arena = s.dtype != NC_I64;
+            const std::string what =
+                fmt::format("reduce {} {} count {} root {}{}", dt(s.dtype), op_name(s.op), count,
+                            root, in_place ? " in place" : "");
+            Buf send(r.ctx, count * sizeof(T), arena);
+            Buf recv(r.ctx, count * sizeof(T), arena);
+            fill(send.as<T>(), count, r.rank, s.op);
+            T* out = in_place && r.rank == root ? send.as<T>() : recv.as<T>();
+            nc_request_t req = 0;
+            const nc_status_t st = nc_reduce(r.ctx, send.as<T>(), out, count, s.dtype, s.op, root,
+                                             NC_COMM_WORLD, nullptr, &req);
+            if (!wait_ok(r, st, req, what) || r.rank != root) return;
+            check(r, what, out, count, [&](size_t i) { return reduced<T>(r.size, i, s.op); });
+          });
+        }
+      }
+    }
+  }));
+}
+
+TEST_P(EngineTest, BroadcastEveryRoot) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    for (int root = 0; root < r.size; ++root) {
+      for (size_t count : {size_t{1}, size_t{4099}}) {
+        const bool arena = root % 2 == 0;
+        const std::string what = fmt::format("broadcast f64 count {} root {}", count, root);
+        Buf data(r.ctx, count * sizeof(double), arena);
+        if (r.rank == root) {
+          fill(data.as<double>(), count, root, NC_SUM);
+        } else {
+          std::fill_n(data.as<double>(), count, -1000.0);
+        }
+        nc_request_t req = 0;
+        const nc_status_t st = nc_broadcast(r.ctx, data.as<double>(), data.as<double>(), count,
+                                            NC_F64, root, NC_COMM_WORLD, nullptr, &req);
+        if (!wait_ok(r, st, req, what)) continue;
+        check(r, what, data.as<double>(), count,
+              [&](size_t i) { return static_cast<double>(value(root, i, NC_SUM)); });
+      }
+    }
+  }));
+}
+
+TEST_P(EngineTest, ReduceScatter) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    for (const Sample s : {Sample{NC_F32, NC_SUM}, Sample{NC_I32, NC_MIN}}) {
+      for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
+        for (bool in_place : {false, true}) {
+          with_dtype(s.dtype, [&]<class T>(T) {
+            const size_t total = count * static_cast<size_t>(r.size);
+            const std::string what = fmt::format("reduce_scatter {} {} count {}{}", dt(s.dtype),
+                                                 op_name(s.op), count, in_place ? " in place" : "");
+            Buf send(r.ctx, total * sizeof(T), in_place);
+            Buf recv(r.ctx, count * sizeof(T), in_place);
+            fill(send.as<T>(), total, r.rank, s.op);
+            const size_t mine = static_cast<size_t>(r.rank) * count;
+            T* out = in_place ? send.as<T>() + mine : recv.as<T>();
+            nc_request_t req = 0;
+            const nc_status_t st = nc_reduce_scatter(r.ctx, send.as<T>(), out, count, s.dtype, s.op,
+                                                     NC_COMM_WORLD, nullptr, &req);
+            if (!wait_ok(r, st, req, what)) return;
+            check(r, what, out, count,
+                  [&](size_t i) { return reduced<T>(r.size, mine + i, s.op); });
+          });
+        }
+      }
+    }
+  }));
+}
+
+TEST_P(EngineTest, AllgatherAndAllgatherv) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    const auto n = static_cast<size_t>(r.size);
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
+      for (bool in_place : {false, true}) {
+        const std::string what =
+            fmt::format("allgather i32 count {}{}", count, in_place ? " in place" : "");
+        Buf recv(r.ctx, count * n * sizeof(int32_t), !in_place);
+        Buf send(r.ctx, count * sizeof(int32_t), true);
+        int32_t* src = in_place ? recv.as<int32_t>() + static_cast<size_t>(r.rank) * count
+                                : send.as<int32_t>();
+        fill(src, count, r.rank, NC_SUM);
+        nc_request_t req = 0;
+        const nc_status_t st = nc_allgather(r.ctx, src, recv.as<int32_t>(), count, NC_I32,
+                                            NC_COMM_WORLD, nullptr, &req);
+        if (!wait_ok(r, st, req, what)) continue;
+        check(r, what, recv.as<int32_t>(), count * n, [&](size_t i) {
+          return static_cast<int32_t>(value(static_cast<int>(i / count), i % count, NC_SUM));
+        });
+      }
+    }
+    // Uneven counts (one rank contributes nothing) at displacements with gaps.
+    std::vector<size_t> counts(n);
+    std::vector<size_t> displs(n);
+    size_t end = 0;
+    for (size_t q = 0; q < n; ++q) {
+      counts[q] = q == 1 ? 0 : q * 5 + 3;
+      displs[q] = end + 2;
+      end = displs[q] + counts[q];
+    }
+    for (bool arena : {true, false}) {
+      const std::string what = fmt::format("allgatherv u8 {}", arena ? "arena" : "heap");
+      Buf send(r.ctx, counts[static_cast<size_t>(r.rank)], arena);
+      Buf recv(r.ctx, end, arena);
+      fill(send.as<uint8_t>(), counts[static_cast<size_t>(r.rank)], r.rank, NC_SUM);
+      std::memset(recv.as<uint8_t>(), 0x5a, end);
+      nc_request_t req = 0;
+      const nc_status_t st = nc_allgatherv(
+          r.ctx, send.as<uint8_t>(), counts[static_cast<size_t>(r.rank)], recv.as<uint8_t>(),
+          counts.data(), displs.data(), NC_U8, NC_COMM_WORLD, nullptr, &req);
+      if (!wait_ok(r, st, req, what)) continue;
+      for (size_t q = 0; q < n; ++q) {
+        check(r, fmt::format("{} block of rank {}", what, q), recv.as<uint8_t>() + displs[q],
+              counts[q], [&](size_t i) {
+                return static_cast<uint8_t>(value(static_cast<int>(q), i, NC_SUM));
+              });
+      }
+    }
+  }));
+}
+
+TEST_P(EngineTest, GatherAndScatterEveryRoot) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    const auto n = static_cast<size_t>(r.size);
+    for (int root : {0, r.size - 1, r.size / 2}) {
+      for (size_t count : {size_t{7}, size_t{1025}}) {
+        for (bool in_place : {false, true}) {
+          const bool at_root = r.rank == root;
+          const auto root_off = static_cast<size_t>(root) * count;
+          {
+            const std::string what = fmt::format("gather f32 count {} root {}{}", count, root,
+                                                 in_place ? " in place" : "");
+            Buf all(r.ctx, count * n * sizeof(float), !in_place);
+            Buf send(r.ctx, count * sizeof(float), !in_place);
+            float* src = in_place && at_root ? all.as<float>() + root_off : send.as<float>();
+            fill(src, count, r.rank, NC_SUM);
+            nc_request_t req = 0;
+            const nc_status_t st = nc_gather(r.ctx, src, at_root ? all.as<float>() : nullptr, count,
+                                             NC_F32, root, NC_COMM_WORLD, nullptr, &req);
+            if (wait_ok(r, st, req, what) && at_root) {
+              check(r, what, all.as<float>(), count * n, [&](size_t i) {
+                return static_cast<float>(value(static_cast<int>(i / count), i % count, NC_SUM));
+              });
+            }
+          }
+          {
+            const std::string what = fmt::format("scatter i64 count {} root {}{}", count, root,
+                                                 in_place ? " in place" : "");
+            Buf all(r.ctx, count * n * sizeof(int64_t), in_place);
+            Buf recv(r.ctx, count * sizeof(int64_t), in_place);
+            if (at_root) fill(all.as<int64_t>(), count * n, root, NC_MIN);
+            int64_t* dst = in_place && at_root ? all.as<int64_t>() + root_off : recv.as<int64_t>();
+            nc_request_t req = 0;
+            const nc_status_t st = nc_scatter(r.ctx, at_root ? all.as<int64_t>() : nullptr, dst,
+                                              count, NC_I64, root, NC_COMM_WORLD, nullptr, &req);
+            if (wait_ok(r, st, req, what)) {
+              const size_t first = static_cast<size_t>(r.rank) * count;
+              check(r, what, dst, count, [&](size_t i) { return value(root, first + i, NC_MIN); });
+            }
+          }
+        }
+      }
+    }
+  }));
+}
+
+TEST_P(EngineTest, AlltoallAndAlltoallv) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    const auto n = static_cast<size_t>(r.size);
+    const auto me = static_cast<size_t>(r.rank);
+    // Block j of rank i's send: value(i, j * 100000 + k).
+    for (size_t count : {size_t{1}, size_t{3}, size_t{1025}}) {
+      for (bool arena : {true, false}) {
+        const std::string what =
+            fmt::format("alltoall i32 count {} {}", count, arena ? "arena" : "heap");
+        Buf send(r.ctx, count * n * sizeof(int32_t), arena);
+        Buf recv(r.ctx, count * n * sizeof(int32_t), arena);
+        for (size_t j = 0; j < n; ++j) {
+          for (size_t k = 0; k < count; ++k) {
+            send.as<int32_t>()[j * count + k] =
+                static_cast<int32_t>(value(r.rank, j * 100000 + k, NC_SUM));
+          }
+        }
+        nc_request_t req = 0;
+        const nc_status_t st = nc_alltoall(r.ctx, send.as<int32_t>(), recv.as<int32_t>(), count,
+                                           NC_I32, NC_COMM_WORLD, nullptr, &req);
+        if (!wait_ok(r, st, req, what)) continue;
+        check(r, what, recv.as<int32_t>(), count * n, [&](size_t x) {
+          return static_cast<int32_t>(
+              value(static_cast<int>(x / count), me * 100000 + x % count, NC_SUM));
+        });
+      }
+    }
+    // Rank i sends (i + j) % 4 elements to rank j (some zero), packed; receives likewise.
+    const auto amount = [](size_t from, size_t to) { return (from + 2 * to) % 4; };
+    std::vector<size_t> scounts(n), sdispls(n), rcounts(n), rdispls(n);
+    size_t sent = 0;
+    size_t got = 0;
+    for (size_t j = 0; j < n; ++j) {
+      scounts[j] = amount(me, j);
+      sdispls[j] = sent;
+      sent += scounts[j];
+      rcounts[j] = amount(j, me);
+      rdispls[j] = got + 1;  // a gap before each block
+      got = rdispls[j] + rcounts[j];
+    }
+    Buf send(r.ctx, std::max<size_t>(sent, 1) * sizeof(double), true);
+    Buf recv(r.ctx, std::max<size_t>(got, 1) * sizeof(double), true);
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t k = 0; k < scounts[j]; ++k) {
+        send.as<double>()[sdispls[j] + k] = static_cast<double>(value(r.rank, j * 100 + k, NC_SUM));
+      }
+    }
+    nc_request_t req = 0;
+    const nc_status_t st =
+        nc_alltoallv(r.ctx, send.as<double>(), scounts.data(), sdispls.data(), recv.as<double>(),
+                     rcounts.data(), rdispls.data(), NC_F64, NC_COMM_WORLD, nullptr, &req);
+    if (!wait_ok(r, st, req, "alltoallv f64")) return;
+    for (size_t j = 0; j < n; ++j) {
+      check(r, fmt::format("alltoallv f64 block from rank {}", j), recv.as<double>() + rdispls[j],
+            rcounts[j], [&](size_t k) {
+              return static_cast<double>(value(static_cast<int>(j), me * 100 + k, NC_SUM));
+            });
+    }
+  }));
+}
+
+// In one process the barrier's promise can be checked directly: no rank leaves round k before
+// every rank has entered it.
+TEST_P(EngineTest, BarrierHoldsEveryRank) {
+  Cluster cluster(GetParam());
+  std::atomic<int> arrived{0};
+  expect_clean(cluster.run([&](Rank& r) {
+    for (int round = 1; round <= 5; ++round) {
+      // acq_rel: the count read after the barrier must include every earlier arrival.
+      arrived.fetch_add(1, std::memory_order_acq_rel);
+      nc_request_t req = 0;
+      const nc_status_t st = nc_barrier(r.ctx, NC_COMM_WORLD, nullptr, &req);
+      if (!wait_ok(r, st, req, fmt::format("barrier {}", round))) return;
+      const int seen = arrived.load(std::memory_order_acquire);
+      if (seen < round * r.size) {
+        r.fail(fmt::format("left barrier {} after only {} of {} arrivals", round, seen,
+                           round * r.size));
+      }
+      // A second barrier keeps the next round's arrivals from racing this round's check.
+      const nc_status_t st2 = nc_barrier(r.ctx, NC_COMM_WORLD, nullptr, &req);
+      if (!wait_ok(r, st2, req, fmt::format("barrier {}b", round))) return;
+    }
+  }));
+}
+
+// Split (two colors by parity, keys reversing the order, rank 0 opting out), dup, and
+// collectives on the new communicators, whose node groups span some nodes or all.
+TEST_P(EngineTest, CommSplitAndDup) {
+  Cluster cluster(GetParam());
+  expect_clean(cluster.run([](Rank& r) {
+    const int color = r.rank == 0 && r.size > 2 ? NC_UNDEFINED : r.rank % 2;
+    nc_comm_t comm = NC_COMM_NULL;
+    if (nc_comm_split(r.ctx, NC_COMM_WORLD, color, -r.rank, &comm) != NC_OK) {
+      r.fail(fmt::format("split: {}", nc_last_error()));
+      return;
+    }
+    if (color == NC_UNDEFINED) {
+      if (comm != NC_COMM_NULL) r.fail("opted out of the split but got a communicator");
+    } else {
+      // Members by descending world rank (the key), excluding an opted-out rank 0.
+      std::vector<int> members;
+      for (int q = r.size - 1; q >= 0; --q) {
+        if (q % 2 == color && !(q == 0 && r.size > 2)) members.push_back(q);
+      }
+      int crank = -1;
+      int csize = -1;
+      nc_comm_rank(r.ctx, comm, &crank);
+      nc_comm_size(r.ctx, comm, &csize);
+      const auto pos = std::find(members.begin(), members.end(), r.rank) - members.begin();
+      if (csize != static_cast<int>(members.size()) || crank != pos) {
+        r.fail(fmt::format("split comm rank {} of {}, expected {} of {}", crank, csize, pos,
+                           members.size()));
+      }
+      allreduce_once(r, NC_I32, NC_SUM, 4099, true, true, comm, members);
+      allreduce_once(r, NC_F32, NC_MAX, 7, false, false, comm, members);
+      // Broadcast from the sub-communicator's last rank.
+      const int root = csize - 1;
+      Buf data(r.ctx, 33 * sizeof(int64_t), true);
+      fill(data.as<int64_t>(), 33, crank == root ? 77 : 3, NC_SUM);
+      nc_request_t req = 0;
+      const nc_status_t st = nc_broadcast(r.ctx, data.as<int64_t>(), data.as<int64_t>(), 33, NC_I64,
+                                          root, comm, nullptr, &req);
+      if (wait_ok(r, st, req, "broadcast on split comm")) {
+        check(r, "broadcast on split comm", data.as<int64_t>(), 33,
+              [](size_t i) { return value(77, i, NC_SUM); });
+      }
+      if (nc_comm_free(r.ctx, &comm) != NC_OK) r.fail(fmt::format("free: {}", nc_last_error()));
+    }
+    nc_comm_t dup = NC_COMM_NULL;
+    if (nc_comm_dup(r.ctx, NC_COMM_WORLD, &dup) != NC_OK) {
+      r.fail(fmt::format("dup: {}", nc_last_error()));
+      return;
+    }
+    allreduce_once(r, NC_F64, NC_SUM, 1025, false, true, dup);
+    nc_comm_free(r.ctx, &dup);
+    // The world still works after the communicators are gone.
+    allreduce_once(r, NC_I64, NC_MIN, 13, true, true);
+  }));
+}
+
+const std::vector<Layout> kLayouts = {Layout{{4}}, Layout{{2, 2}}, Layout{{3, 1, 2}},
+                                      Layout{{1, 1, 1, 1, 1}}};
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EngineTest, ::testing::ValuesIn(kLayouts),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return info.param.name();
+                         });
+
+// Each inter-node allreduce algorithm forced for every size, on the uneven layout: the ring
+// with small slices over several lanes, recursive doubling on 3 nodes, and the native
+// allreduce (MPI_Iallreduce's place).
+class AlgorithmTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AlgorithmTest, AllreduceEveryDtypeOnUnevenLayout) {
+  const std::string algo = GetParam();
+  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
+    c.tuning.allreduce = daemon::parse_algorithm(algo);
+    if (algo == "ring") {
+      c.tuning.chunk_bytes = 4096;
+      c.tuning.pipeline_depth = 3;
+      c.tuning.endpoints = 3;
+    }
+  });
+  std::vector<std::string> failures = cluster.run([](Rank& r) {
+    for (const Sample& s : kAllreduceSamples) {
+      for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{4099}, size_t{65539}}) {
+        if (count == 65539 && s.dtype != NC_F32) continue;
+        allreduce_once(r, s.dtype, s.op, count, count % 2 == 1, count != 2);
+      }
+    }
+  });
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"));
+
+}  // namespace
+}  // namespace nodecomm::engine_test
