@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,10 @@ struct Layout {
   std::string name() const;
   uint32_t world_size() const;
 };
+// For GoogleTest's messages: "3x312" rather than the object's bytes.
+inline void PrintTo(const Layout& layout, std::ostream* os) {
+  *os << layout.name();
+}
 
 // What one rank's thread sees.
 struct Rank {

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cluster.hpp"
@@ -131,8 +133,41 @@ std::string op_name(nc_redop_t op) {
 
 // ---- the fixture --------------------------------------------------------------------------
 
-class EngineTest : public ::testing::TestWithParam<Layout> {
+// How the daemons order multi-node work: the negotiated scheduler (priorities and fusion, the
+// default), the same with small scheduling chunks and a small fusion threshold (large
+// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off).
+enum class Ordering { kNegotiated, kChunked, kSequence };
+
+std::string ordering_name(Ordering o) {
+  switch (o) {
+    case Ordering::kNegotiated:
+      return "negotiated";
+    case Ordering::kChunked:
+      return "chunked";
+    default:
+      return "sequence";
+  }
+}
+
+void apply(Ordering o, daemon::DaemonConfig& c) {
+  if (o == Ordering::kChunked) {
+    c.sched.chunk_bytes = 16 * 1024;
+    c.sched.fusion_threshold_bytes = 8 * 1024;
+  } else if (o == Ordering::kSequence) {
+    c.sched.policy = proto::PriorityPolicy::kNone;
+    c.sched.fusion = false;
+  }
+}
+
+using Param = std::tuple<Layout, Ordering>;
+
+class EngineTest : public ::testing::TestWithParam<Param> {
  protected:
+  const Layout& layout() const { return std::get<0>(GetParam()); }
+  std::function<void(daemon::DaemonConfig&)> config() const {
+    const Ordering o = std::get<1>(GetParam());
+    return [o](daemon::DaemonConfig& c) { apply(o, c); };
+  }
   void expect_clean(const std::vector<std::string>& failures) {
     for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
     if (failures.size() > 20) ADD_FAILURE() << failures.size() << " failures in all";
@@ -174,7 +209,7 @@ void allreduce_once(Rank& r, nc_dtype_t dtype, nc_redop_t op, size_t count, bool
 }
 
 TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     for (const Sample& s : kAllreduceSamples) {
       for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) {
@@ -190,7 +225,7 @@ TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
 // Many allreduces posted before any is waited for: the scheduler orders and fuses them alike
 // on every node.
 TEST_P(EngineTest, AllreduceManyInFlight) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     constexpr int kOps = 24;
     std::vector<std::unique_ptr<Buf>> bufs;
@@ -224,7 +259,7 @@ TEST_P(EngineTest, AllreduceManyInFlight) {
 }
 
 TEST_P(EngineTest, ReduceEveryRootInAndOutOfPlace) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     for (int root : {0, r.size - 1, r.size / 2}) {
       for (const Sample s :
@@ -253,7 +288,7 @@ TEST_P(EngineTest, ReduceEveryRootInAndOutOfPlace) {
 }
 
 TEST_P(EngineTest, BroadcastEveryRoot) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     for (int root = 0; root < r.size; ++root) {
       for (size_t count : {size_t{1}, size_t{4099}}) {
@@ -277,7 +312,7 @@ TEST_P(EngineTest, BroadcastEveryRoot) {
 }
 
 TEST_P(EngineTest, ReduceScatter) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     for (const Sample s : {Sample{NC_F32, NC_SUM}, Sample{NC_I32, NC_MIN}}) {
       for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
@@ -305,7 +340,7 @@ TEST_P(EngineTest, ReduceScatter) {
 }
 
 TEST_P(EngineTest, AllgatherAndAllgatherv) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
@@ -357,7 +392,7 @@ TEST_P(EngineTest, AllgatherAndAllgatherv) {
 }
 
 TEST_P(EngineTest, GatherAndScatterEveryRoot) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     for (int root : {0, r.size - 1, r.size / 2}) {
@@ -403,7 +438,7 @@ TEST_P(EngineTest, GatherAndScatterEveryRoot) {
 }
 
 TEST_P(EngineTest, AlltoallAndAlltoallv) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     const auto me = static_cast<size_t>(r.rank);
@@ -467,7 +502,7 @@ TEST_P(EngineTest, AlltoallAndAlltoallv) {
 // In one process the barrier's promise can be checked directly: no rank leaves round k before
 // every rank has entered it.
 TEST_P(EngineTest, BarrierHoldsEveryRank) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   std::atomic<int> arrived{0};
   expect_clean(cluster.run([&](Rank& r) {
     for (int round = 1; round <= 5; ++round) {
@@ -491,7 +526,7 @@ TEST_P(EngineTest, BarrierHoldsEveryRank) {
 // Split (two colors by parity, keys reversing the order, rank 0 opting out), dup, and
 // collectives on the new communicators, whose node groups span some nodes or all.
 TEST_P(EngineTest, CommSplitAndDup) {
-  Cluster cluster(GetParam());
+  Cluster cluster(layout(), config());
   expect_clean(cluster.run([](Rank& r) {
     const int color = r.rank == 0 && r.size > 2 ? NC_UNDEFINED : r.rank % 2;
     nc_comm_t comm = NC_COMM_NULL;
@@ -546,9 +581,14 @@ TEST_P(EngineTest, CommSplitAndDup) {
 const std::vector<Layout> kLayouts = {Layout{{4}}, Layout{{2, 2}}, Layout{{3, 1, 2}},
                                       Layout{{1, 1, 1, 1, 1}}};
 
-INSTANTIATE_TEST_SUITE_P(Layouts, EngineTest, ::testing::ValuesIn(kLayouts),
-                         [](const ::testing::TestParamInfo<Layout>& info) {
-                           return info.param.name();
+INSTANTIATE_TEST_SUITE_P(Layouts, EngineTest,
+                         ::testing::Combine(::testing::ValuesIn(kLayouts),
+                                            ::testing::Values(Ordering::kNegotiated,
+                                                              Ordering::kChunked,
+                                                              Ordering::kSequence)),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::get<0>(info.param).name() + "_" +
+                                  ordering_name(std::get<1>(info.param));
                          });
 
 // Each inter-node allreduce algorithm forced for every size, on the uneven layout: the ring
@@ -577,7 +617,10 @@ TEST_P(AlgorithmTest, AllreduceEveryDtypeOnUnevenLayout) {
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"));
+INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace nodecomm::engine_test
