@@ -27,6 +27,27 @@ uint32_t Layout::world_size() const {
   return std::accumulate(ranks.begin(), ranks.end(), 0U);
 }
 
+std::string ordering_name(Ordering o) {
+  switch (o) {
+    case Ordering::kNegotiated:
+      return "negotiated";
+    case Ordering::kChunked:
+      return "chunked";
+    default:
+      return "sequence";
+  }
+}
+
+void apply(Ordering o, daemon::DaemonConfig& c) {
+  if (o == Ordering::kChunked) {
+    c.sched.chunk_bytes = 16 * 1024;
+    c.sched.fusion_threshold_bytes = 8 * 1024;
+  } else if (o == Ordering::kSequence) {
+    c.sched.policy = proto::PriorityPolicy::kNone;
+    c.sched.fusion = false;
+  }
+}
+
 namespace {
 std::atomic<uint32_t> g_clusters{0};  // unique instance names within this process
 }
@@ -40,7 +61,10 @@ Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>
   base_dir_ = fmt::format("{}/nodecomm-engine-{}-{}", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
                           ::getpid(), id);
   std::filesystem::create_directories(base_dir_);
-  daemon::Log::get().set_level(daemon::LogLevel::kWarn);
+  // NODECOMM_ENGINE_TEST_DEBUG=1: every daemon's debug log, for a failing test.
+  const char* debug = std::getenv("NODECOMM_ENGINE_TEST_DEBUG");
+  daemon::Log::get().set_level(debug != nullptr && *debug == '1' ? daemon::LogLevel::kDebug
+                                                                 : daemon::LogLevel::kWarn);
   daemon::InMemoryOptions options;
   options.nodes = nodes;
   daemon::DaemonConfig base;

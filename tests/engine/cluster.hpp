@@ -37,6 +37,13 @@ inline void PrintTo(const Layout& layout, std::ostream* os) {
   *os << layout.name();
 }
 
+// How the daemons order multi-node work: the negotiated scheduler (priorities and fusion, the
+// default), the same with small scheduling chunks and a small fusion threshold (large
+// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off).
+enum class Ordering { kNegotiated, kChunked, kSequence };
+std::string ordering_name(Ordering ordering);
+void apply(Ordering ordering, daemon::DaemonConfig& config);
+
 // What one rank's thread sees.
 struct Rank {
   nc_context_t* ctx = nullptr;

@@ -133,32 +133,6 @@ std::string op_name(nc_redop_t op) {
 
 // ---- the fixture --------------------------------------------------------------------------
 
-// How the daemons order multi-node work: the negotiated scheduler (priorities and fusion, the
-// default), the same with small scheduling chunks and a small fusion threshold (large
-// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off).
-enum class Ordering { kNegotiated, kChunked, kSequence };
-
-std::string ordering_name(Ordering o) {
-  switch (o) {
-    case Ordering::kNegotiated:
-      return "negotiated";
-    case Ordering::kChunked:
-      return "chunked";
-    default:
-      return "sequence";
-  }
-}
-
-void apply(Ordering o, daemon::DaemonConfig& c) {
-  if (o == Ordering::kChunked) {
-    c.sched.chunk_bytes = 16 * 1024;
-    c.sched.fusion_threshold_bytes = 8 * 1024;
-  } else if (o == Ordering::kSequence) {
-    c.sched.policy = proto::PriorityPolicy::kNone;
-    c.sched.fusion = false;
-  }
-}
-
 using Param = std::tuple<Layout, Ordering>;
 
 class EngineTest : public ::testing::TestWithParam<Param> {
