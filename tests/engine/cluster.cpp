@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <latch>
 #include <numeric>
 #include <stdexcept>
 
@@ -107,11 +108,15 @@ Cluster::~Cluster() {
   std::filesystem::remove_all(base_dir_, ignored);
 }
 
-std::vector<std::string> Cluster::run(const std::function<void(Rank&)>& body) {
+std::vector<std::string> Cluster::run(const std::function<void(Rank&)>& body, bool together) {
   std::mutex mutex;
   std::vector<std::string> failures;
   const std::string job = fmt::format("job{}", jobs_++);
   std::vector<std::thread> threads;
+  // Every rank finalizes only once every rank is done: a daemon whose ranks all finalize ends
+  // the job, and with it any failure notice its engine had not yet sent (see
+  // DISABLED_NoticeOutlivesJob in engine_errors_test.cpp).
+  std::latch finished(static_cast<std::ptrdiff_t>(layout_.world_size()));
   uint32_t world_rank = 0;
   for (uint32_t n = 0; n < layout_.ranks.size(); ++n) {
     for (uint32_t l = 0; l < layout_.ranks[n]; ++l, ++world_rank) {
@@ -133,6 +138,7 @@ std::vector<std::string> Cluster::run(const std::function<void(Rank&)>& body) {
         o.timeout_sec = 30;
         if (nc_init(&o, &r.ctx) != NC_OK) {
           r.fail(fmt::format("nc_init on node {}: {}", n, nc_last_error()));
+          finished.count_down();
           return;
         }
         r.size = nc_world_size(r.ctx);
@@ -148,6 +154,7 @@ std::vector<std::string> Cluster::run(const std::function<void(Rank&)>& body) {
             r.fail(fmt::format("exception: {}", e.what()));
           }
         }
+        if (together) finished.arrive_and_wait();
         nc_finalize(r.ctx);
       });
     }

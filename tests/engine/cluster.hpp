@@ -65,8 +65,9 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   // Runs `body` on every rank of one job, each in its own thread with its own context, and
-  // returns the failures (empty when every rank succeeded). Contexts finalize afterwards.
-  std::vector<std::string> run(const std::function<void(Rank&)>& body);
+  // returns the failures (empty when every rank succeeded). Contexts finalize afterwards, all
+  // together once every body has returned unless `together` is false (each right after its own).
+  std::vector<std::string> run(const std::function<void(Rank&)>& body, bool together = true);
   const Layout& layout() const { return layout_; }
 
  private:

@@ -24,6 +24,40 @@ void expect_clean(const std::vector<std::string>& failures) {
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
 }
 
+// Rank 0 splits the world where the others allreduce: every rank must get NC_ERR_MISMATCH
+// listing both submissions.
+void split_facing_allreduce(Rank& r) {
+  nc_status_t s = NC_OK;
+  float* buf = nullptr;
+  if (r.rank == 0) {
+    nc_comm_t half = NC_COMM_NULL;
+    s = nc_comm_split(r.ctx, NC_COMM_WORLD, 0, 0, &half);
+  } else {
+    if (nc_alloc(r.ctx, 16 * sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) {
+      r.fail(nc_last_error());
+      return;
+    }
+    nc_request_t req = 0;
+    if (nc_allreduce(r.ctx, buf, buf, 16, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) != NC_OK) {
+      r.fail(fmt::format("posting: {}", nc_last_error()));
+      return;
+    }
+    s = nc_wait(r.ctx, req);
+  }
+  if (s != NC_ERR_MISMATCH) {
+    r.fail(
+        fmt::format("expected NC_ERR_MISMATCH, got {}: {}", nc_status_string(s), nc_last_error()));
+    return;
+  }
+  if (!contains(nc_last_error(), "posted comm_split")) {
+    r.fail(fmt::format("rank 0's split is not listed: {}", nc_last_error()));
+  }
+  if (!contains(nc_last_error(), "posted allreduce f32 sum count 16")) {
+    r.fail(fmt::format("the others' allreduce is not listed: {}", nc_last_error()));
+  }
+  if (buf != nullptr) nc_free(r.ctx, buf);
+}
+
 using Param = std::tuple<Layout, Ordering>;
 
 class EngineErrorsTest : public ::testing::TestWithParam<Param> {};
@@ -75,38 +109,7 @@ TEST_P(EngineErrorsTest, MismatchedCountsFailEveryMember) {
 TEST_P(EngineErrorsTest, SplitFacingAllreduceFailsEveryMember) {
   const Ordering o = std::get<1>(GetParam());
   Cluster cluster(std::get<0>(GetParam()), [o](daemon::DaemonConfig& c) { apply(o, c); });
-  expect_clean(cluster.run([](Rank& r) {
-    nc_status_t s = NC_OK;
-    float* buf = nullptr;
-    if (r.rank == 0) {
-      nc_comm_t half = NC_COMM_NULL;
-      s = nc_comm_split(r.ctx, NC_COMM_WORLD, 0, 0, &half);
-    } else {
-      if (nc_alloc(r.ctx, 16 * sizeof(float), reinterpret_cast<void**>(&buf)) != NC_OK) {
-        r.fail(nc_last_error());
-        return;
-      }
-      nc_request_t req = 0;
-      if (nc_allreduce(r.ctx, buf, buf, 16, NC_F32, NC_SUM, NC_COMM_WORLD, nullptr, &req) !=
-          NC_OK) {
-        r.fail(fmt::format("posting: {}", nc_last_error()));
-        return;
-      }
-      s = nc_wait(r.ctx, req);
-    }
-    if (s != NC_ERR_MISMATCH) {
-      r.fail(fmt::format("expected NC_ERR_MISMATCH, got {}: {}", nc_status_string(s),
-                         nc_last_error()));
-      return;
-    }
-    if (!contains(nc_last_error(), "posted comm_split")) {
-      r.fail(fmt::format("rank 0's split is not listed: {}", nc_last_error()));
-    }
-    if (!contains(nc_last_error(), "posted allreduce f32 sum count 16")) {
-      r.fail(fmt::format("the others' allreduce is not listed: {}", nc_last_error()));
-    }
-    if (buf != nullptr) nc_free(r.ctx, buf);
-  }));
+  expect_clean(cluster.run(split_facing_allreduce));
 }
 
 // 256 operations in flight per client, the next refused with NC_ERR_QUEUE_FULL, then
@@ -157,6 +160,20 @@ TEST_P(EngineErrorsTest, RequestsInFlightLimit) {
     }
     nc_free(r.ctx, buf);
   }));
+}
+
+// A known race, kept as a reproduction: node 0 finds the mismatch locally and queues a failure
+// notice for the other nodes, but its ranks get their error and finalize at once, the job
+// ends, and the notice that the engine had not yet handed to the transport is lost, so node
+// 1's ranks wait for their timeout (30 s) instead of failing at once. Real processes finalize
+// more slowly, which hides it (errors_mismatch_split_sequential_2x2). About one run in 80
+// loses it here; the other tests finalize every rank together (Cluster::run) to stay clear.
+// Run with --gtest_also_run_disabled_tests --gtest_filter='*NoticeOutlivesJob*'.
+TEST(EngineRaces, DISABLED_NoticeOutlivesJob) {
+  for (int attempt = 0; attempt < 200 && !HasFailure(); ++attempt) {
+    Cluster cluster(Layout{{2, 2}});
+    expect_clean(cluster.run(split_facing_allreduce, /*together=*/false));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EngineErrorsTest,
