@@ -34,6 +34,8 @@ std::string ordering_name(Ordering o) {
       return "negotiated";
     case Ordering::kChunked:
       return "chunked";
+    case Ordering::kSmallCalls:
+      return "smallcalls";
     default:
       return "sequence";
   }
@@ -49,11 +51,16 @@ void apply(Ordering o, daemon::DaemonConfig& c) {
   }
 }
 
+size_t max_count(Ordering o) {
+  return o == Ordering::kSmallCalls ? 1000 : static_cast<size_t>(INT32_MAX);
+}
+
 namespace {
 std::atomic<uint32_t> g_clusters{0};  // unique instance names within this process
 }
 
-Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>& tweak)
+Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>& tweak,
+                 size_t max_count)
     : layout_(std::move(layout)) {
   const uint32_t nodes = static_cast<uint32_t>(layout_.ranks.size());
   // relaxed: a counter for names only.
@@ -68,6 +75,7 @@ Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>
                                                                  : daemon::LogLevel::kWarn);
   daemon::InMemoryOptions options;
   options.nodes = nodes;
+  options.max_count = max_count;
   daemon::DaemonConfig base;
   base.cores = "none";
   base.transport = "inmemory";

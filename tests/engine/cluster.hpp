@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,10 +40,15 @@ inline void PrintTo(const Layout& layout, std::ostream* os) {
 
 // How the daemons order multi-node work: the negotiated scheduler (priorities and fusion, the
 // default), the same with small scheduling chunks and a small fusion threshold (large
-// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off).
-enum class Ordering { kNegotiated, kChunked, kSequence };
+// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off);
+// and the negotiated scheduler with the transport's per-call limit lowered to 1000 (bytes or
+// elements: NODECOMM_TEST_MPI_MAX_COUNT=1000's twin), so that every block beyond it goes as
+// chunked point-to-point messages, the way blocks beyond 2 GiB go for real.
+enum class Ordering { kNegotiated, kChunked, kSequence, kSmallCalls };
 std::string ordering_name(Ordering ordering);
 void apply(Ordering ordering, daemon::DaemonConfig& config);
+// The in-memory transport's largest single call under `ordering` (InMemoryOptions::max_count).
+size_t max_count(Ordering ordering);
 
 // What one rank's thread sees.
 struct Rank {
@@ -58,8 +64,8 @@ struct Rank {
 class Cluster {
  public:
   // `tweak` may change each daemon's configuration before it starts.
-  explicit Cluster(Layout layout,
-                   const std::function<void(daemon::DaemonConfig&)>& tweak = nullptr);
+  explicit Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>& tweak = nullptr,
+                   size_t max_count = static_cast<size_t>(INT32_MAX));
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;

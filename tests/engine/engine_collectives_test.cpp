@@ -183,7 +183,7 @@ void allreduce_once(Rank& r, nc_dtype_t dtype, nc_redop_t op, size_t count, bool
 }
 
 TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     for (const Sample& s : kAllreduceSamples) {
       for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) {
@@ -199,7 +199,7 @@ TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
 // Many allreduces posted before any is waited for: the scheduler orders and fuses them alike
 // on every node.
 TEST_P(EngineTest, AllreduceManyInFlight) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     constexpr int kOps = 24;
     std::vector<std::unique_ptr<Buf>> bufs;
@@ -233,7 +233,7 @@ TEST_P(EngineTest, AllreduceManyInFlight) {
 }
 
 TEST_P(EngineTest, ReduceEveryRootInAndOutOfPlace) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     for (int root : {0, r.size - 1, r.size / 2}) {
       for (const Sample s :
@@ -262,7 +262,7 @@ TEST_P(EngineTest, ReduceEveryRootInAndOutOfPlace) {
 }
 
 TEST_P(EngineTest, BroadcastEveryRoot) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     for (int root = 0; root < r.size; ++root) {
       for (size_t count : {size_t{1}, size_t{4099}}) {
@@ -286,7 +286,7 @@ TEST_P(EngineTest, BroadcastEveryRoot) {
 }
 
 TEST_P(EngineTest, ReduceScatter) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     for (const Sample s : {Sample{NC_F32, NC_SUM}, Sample{NC_I32, NC_MIN}}) {
       for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
@@ -314,7 +314,7 @@ TEST_P(EngineTest, ReduceScatter) {
 }
 
 TEST_P(EngineTest, AllgatherAndAllgatherv) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     for (size_t count : {size_t{1}, size_t{7}, size_t{1025}}) {
@@ -366,7 +366,7 @@ TEST_P(EngineTest, AllgatherAndAllgatherv) {
 }
 
 TEST_P(EngineTest, GatherAndScatterEveryRoot) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     for (int root : {0, r.size - 1, r.size / 2}) {
@@ -412,7 +412,7 @@ TEST_P(EngineTest, GatherAndScatterEveryRoot) {
 }
 
 TEST_P(EngineTest, AlltoallAndAlltoallv) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     const auto n = static_cast<size_t>(r.size);
     const auto me = static_cast<size_t>(r.rank);
@@ -476,7 +476,7 @@ TEST_P(EngineTest, AlltoallAndAlltoallv) {
 // In one process the barrier's promise can be checked directly: no rank leaves round k before
 // every rank has entered it.
 TEST_P(EngineTest, BarrierHoldsEveryRank) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   std::atomic<int> arrived{0};
   expect_clean(cluster.run([&](Rank& r) {
     for (int round = 1; round <= 5; ++round) {
@@ -500,7 +500,7 @@ TEST_P(EngineTest, BarrierHoldsEveryRank) {
 // Split (two colors by parity, keys reversing the order, rank 0 opting out), dup, and
 // collectives on the new communicators, whose node groups span some nodes or all.
 TEST_P(EngineTest, CommSplitAndDup) {
-  Cluster cluster(layout(), config());
+  Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
     const int color = r.rank == 0 && r.size > 2 ? NC_UNDEFINED : r.rank % 2;
     nc_comm_t comm = NC_COMM_NULL;
@@ -555,15 +555,14 @@ TEST_P(EngineTest, CommSplitAndDup) {
 const std::vector<Layout> kLayouts = {Layout{{4}}, Layout{{2, 2}}, Layout{{3, 1, 2}},
                                       Layout{{1, 1, 1, 1, 1}}};
 
-INSTANTIATE_TEST_SUITE_P(Layouts, EngineTest,
-                         ::testing::Combine(::testing::ValuesIn(kLayouts),
-                                            ::testing::Values(Ordering::kNegotiated,
-                                                              Ordering::kChunked,
-                                                              Ordering::kSequence)),
-                         [](const ::testing::TestParamInfo<Param>& info) {
-                           return std::get<0>(info.param).name() + "_" +
-                                  ordering_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, EngineTest,
+    ::testing::Combine(::testing::ValuesIn(kLayouts),
+                       ::testing::Values(Ordering::kNegotiated, Ordering::kChunked,
+                                         Ordering::kSequence, Ordering::kSmallCalls)),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      return std::get<0>(info.param).name() + "_" + ordering_name(std::get<1>(info.param));
+    });
 
 // Each inter-node allreduce algorithm forced for every size, on the uneven layout: the ring
 // with small slices over several lanes, recursive doubling on 3 nodes, and the native
