@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -497,8 +499,9 @@ TEST_P(EngineTest, BarrierHoldsEveryRank) {
   }));
 }
 
-// Split (two colors by parity, keys reversing the order, rank 0 opting out), dup, and
-// collectives on the new communicators, whose node groups span some nodes or all.
+// Split (two colors by parity, keys reversing the order, rank 0 opting out), dup,
+// nc_distribution, and collectives on the new communicators, whose node groups span some nodes or
+// all.
 TEST_P(EngineTest, CommSplitAndDup) {
   Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
   expect_clean(cluster.run([](Rank& r) {
@@ -547,6 +550,25 @@ TEST_P(EngineTest, CommSplitAndDup) {
     }
     allreduce_once(r, NC_F64, NC_SUM, 1025, false, true, dup);
     nc_comm_free(r.ctx, &dup);
+    // MLSL's distribution: model groups of 2 consecutive ranks (1 on odd sizes), data groups
+    // across them.
+    const int model_parts = r.size % 2 == 0 ? 2 : 1;
+    nc_comm_t data = NC_COMM_NULL;
+    nc_comm_t model = NC_COMM_NULL;
+    if (nc_distribution(r.ctx, r.size / model_parts, model_parts, &data, &model) != NC_OK) {
+      r.fail(fmt::format("distribution: {}", nc_last_error()));
+      return;
+    }
+    std::vector<int> data_members;
+    std::vector<int> model_members;
+    for (int q = 0; q < r.size; ++q) {
+      if (q % model_parts == r.rank % model_parts) data_members.push_back(q);
+      if (q / model_parts == r.rank / model_parts) model_members.push_back(q);
+    }
+    allreduce_once(r, NC_I32, NC_SUM, 1025, true, true, data, data_members);
+    allreduce_once(r, NC_F32, NC_MAX, 9, false, true, model, model_members);
+    nc_comm_free(r.ctx, &data);
+    nc_comm_free(r.ctx, &model);
     // The world still works after the communicators are gone.
     allreduce_once(r, NC_I64, NC_MIN, 13, true, true);
   }));
@@ -593,6 +615,92 @@ TEST_P(AlgorithmTest, AllreduceEveryDtypeOnUnevenLayout) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
+                         });
+
+// The scheduler under each priority policy with fusion on and off, on the uneven layout with
+// small scheduling chunks and a small fusion threshold: batches of mixed allreduces (dtypes,
+// ops, sizes from 1 element to several chunks, in place or not, random priorities) posted
+// without waiting, so that the daemons reorder, chunk and fuse them alike; every element
+// checked (schedule_check's case).
+using SchedParam = std::tuple<proto::PriorityPolicy, bool>;
+class SchedulerTest : public ::testing::TestWithParam<SchedParam> {};
+
+TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
+  const auto [policy, fusion] = GetParam();
+  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
+    c.sched.policy = policy;
+    c.sched.fusion = fusion;
+    c.sched.chunk_bytes = 16 * 1024;
+    c.sched.fusion_threshold_bytes = 4 * 1024;
+  });
+  std::vector<std::string> failures = cluster.run([](Rank& r) {
+    constexpr int kBatches = 3;
+    constexpr int kPerBatch = 30;
+    const nc_dtype_t dtypes[] = {NC_F32, NC_F64, NC_I32, NC_I64};
+    const nc_redop_t ops[] = {NC_SUM, NC_MIN, NC_MAX};
+    const size_t counts[] = {1, 7, 100, 1000, 4099, 20000};
+    for (int batch = 0; batch < kBatches; ++batch) {
+      // The same plan on every rank: one seed per batch.
+      std::mt19937 rng(static_cast<uint32_t>(batch) * 7919U + 1U);
+      struct Planned {
+        nc_dtype_t dtype;
+        nc_redop_t op;
+        size_t count;
+        bool in_place;
+        std::unique_ptr<Buf> send;
+        std::unique_ptr<Buf> recv;
+      };
+      std::vector<Planned> plan;
+      std::vector<nc_request_t> reqs;
+      for (int k = 0; k < kPerBatch; ++k) {
+        Planned p{dtypes[rng() % 4], ops[rng() % 3], counts[rng() % 6], rng() % 2 == 0, {}, {}};
+        const int priority = static_cast<int>(rng() % 10);
+        const size_t bytes = p.count * nc_dtype_size(p.dtype);
+        p.send = std::make_unique<Buf>(r.ctx, bytes, true);
+        p.recv = std::make_unique<Buf>(r.ctx, bytes, true);
+        const int seed = r.rank + k * 7 + batch * 1000;
+        with_dtype(p.dtype, [&]<class T>(T) { fill(p.send->as<T>(), p.count, seed, p.op); });
+        void* out = p.in_place ? p.send->as<void>() : p.recv->as<void>();
+        const nc_op_attr_t attr{priority, nullptr, NC_COMPRESS_NONE};
+        nc_request_t req = 0;
+        if (nc_allreduce(r.ctx, p.send->as<void>(), out, p.count, p.dtype, p.op, NC_COMM_WORLD,
+                         &attr, &req) != NC_OK) {
+          r.fail(fmt::format("batch {} op {}: posting: {}", batch, k, nc_last_error()));
+          return;
+        }
+        reqs.push_back(req);
+        plan.push_back(std::move(p));
+      }
+      if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
+        r.fail(fmt::format("batch {}: wait_all: {}", batch, nc_last_error()));
+        return;
+      }
+      for (int k = 0; k < kPerBatch; ++k) {
+        const Planned& p = plan[static_cast<size_t>(k)];
+        std::vector<int> seeds;
+        for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
+        with_dtype(p.dtype, [&]<class T>(T) {
+          const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
+          check(r,
+                fmt::format("batch {} op {}: allreduce {} {} count {}", batch, k, dt(p.dtype),
+                            op_name(p.op), p.count),
+                got, p.count, [&](size_t i) { return reduced<T>(r.size, i, p.op, seeds); });
+        });
+      }
+    }
+  });
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, SchedulerTest,
+                         ::testing::Combine(::testing::Values(proto::PriorityPolicy::kNone,
+                                                              proto::PriorityPolicy::kDirect,
+                                                              proto::PriorityPolicy::kLifo),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<SchedParam>& info) {
+                           return std::string(
+                                      proto::priority_policy_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_fusion_on" : "_fusion_off");
                          });
 
 }  // namespace
