@@ -9,13 +9,13 @@
 #include <cstdlib>
 #include <exception>
 
-#include "affinity.hpp"
-#include "config.hpp"
-#include "daemon.hpp"
-#include "log.hpp"
-#include "notify.hpp"
-#include "reduce.hpp"
-#include "transport.hpp"
+#include "nodecommd/affinity.hpp"
+#include "config/config.hpp"
+#include "conductor/daemon.hpp"
+#include "config/log.hpp"
+#include "conductor/notify.hpp"
+#include "kernels/reduce.hpp"
+#include "net/transport.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};

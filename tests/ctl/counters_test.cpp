@@ -1,6 +1,6 @@
 // The counters segment: its layout constants, the latency buckets, the seqlock under a racing
 // writer, and a round trip from the daemon's publisher to nodecommctl's reader.
-#include "counters.hpp"
+#include "observe/counters.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/counters.hpp"
 #include "reader.hpp"
-#include "transport.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm {
 namespace {

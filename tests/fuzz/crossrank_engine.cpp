@@ -6,13 +6,13 @@
 #include <cstring>
 #include <memory>
 
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 #include "crossrank_input.hpp"
-#include "engine.hpp"
-#include "log.hpp"
+#include "engine/engine.hpp"
+#include "config/log.hpp"
 #include "nodecomm/ipc/ring.hpp"
-#include "staging.hpp"
-#include "transport.hpp"
+#include "engine/staging.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::fuzz {
 namespace {

@@ -44,13 +44,13 @@
 #include <string>
 #include <vector>
 
-#include "count_agreement.hpp"
+#include "engine/count_agreement.hpp"
 #include "crossrank_engine.hpp"
 #include "crossrank_input.hpp"
 #include "fuzz_input.hpp"
-#include "job.hpp"
+#include "engine/job.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "op_check.hpp"
+#include "engine/op_check.hpp"
 
 namespace nodecomm::fuzz {
 namespace {

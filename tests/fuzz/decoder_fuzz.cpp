@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "fuzz_input.hpp"
-#include "job.hpp"
+#include "engine/job.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/validate.hpp"
 

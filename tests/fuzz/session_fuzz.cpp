@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "client_session.hpp"
+#include "session/client_session.hpp"
 #include "fuzz_input.hpp"
-#include "log.hpp"
+#include "config/log.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
 

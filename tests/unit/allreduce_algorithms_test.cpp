@@ -4,7 +4,7 @@
 // the state machines see completions in many orders. Every element of every node's result
 // is checked against a reference computed here, and every range must be prepared exactly
 // once before it is read and delivered exactly once.
-#include "allreduce_algorithms.hpp"
+#include "algorithms/allreduce_algorithms.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 #include <tuple>
 #include <vector>
 
-#include "transport.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 namespace {

@@ -2,7 +2,7 @@
 // block into messages of at most the limit, both sides alike, and nothing is truncated. An
 // in-memory network matches messages per (sender, receiver, tag) in order, as MPI does, and
 // insists that the sizes of matched messages agree.
-#include "chunked_transfers.hpp"
+#include "algorithms/chunked_transfers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "transport.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 namespace {

@@ -1,13 +1,13 @@
 // Count agreement for vector collectives (daemon/count_agreement.hpp) and the staging pool's
 // caps and job separation (daemon/staging.hpp).
-#include "count_agreement.hpp"
+#include "engine/count_agreement.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "staging.hpp"
+#include "engine/staging.hpp"
 
 namespace nodecomm::daemon {
 namespace {

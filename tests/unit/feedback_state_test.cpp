@@ -1,6 +1,6 @@
 // FeedbackState (daemon/feedback_state.hpp): int8 error-feedback residuals stay within their
 // tensor and byte limits, least recently used first, and go with their communicator.
-#include "feedback_state.hpp"
+#include "engine/feedback_state.hpp"
 
 #include <gtest/gtest.h>
 

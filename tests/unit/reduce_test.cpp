@@ -3,7 +3,7 @@
 // SSSE3/SSE4 software f16 path is exercised as well as the F16C/AVX-512 one. Results are compared
 // bit for bit against a scalar reference written here, independent of the kernels.
 
-#include "reduce.hpp"
+#include "kernels/reduce.hpp"
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>

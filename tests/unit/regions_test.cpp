@@ -1,7 +1,7 @@
 // The daemon's registered regions: what it maps, what it refuses (anything not on shared
 // memory), that it seals a sealable memfd against shrinking, and that a file truncated under
 // it costs a poisoned region, not the process.
-#include "regions.hpp"
+#include "session/regions.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

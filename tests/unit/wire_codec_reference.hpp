@@ -11,7 +11,7 @@
 
 #include "float_reference.hpp"
 #include "nodecomm/proto/types.hpp"
-#include "wire_codec.hpp"
+#include "kernels/wire_codec.hpp"
 
 namespace nodecomm::daemon::wire_reference {
 

@@ -3,7 +3,7 @@
 // and compare against a scalar reference written here with different algorithms from the kernels
 // (significand shifting for the 16-bit formats, plain scalar loops for int8).
 
-#include "wire_codec.hpp"
+#include "kernels/wire_codec.hpp"
 
 #include <gtest/gtest.h>
 #include <hwy/targets.h>

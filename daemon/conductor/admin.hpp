@@ -1,0 +1,30 @@
+// Runtime administration over the control socket (nodecommctl set, trace start|stop): who may
+// do it, which settings can change without a restart, and how a change of the inter-node
+// algorithm reaches every daemon of a job at the same point. Daemon::on_admin and
+// Daemon::apply_setting live in admin.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/tuning.hpp"
+#include "nodecomm/ipc/socket.hpp"
+
+namespace nodecomm::daemon {
+
+
+
+// Settings `nodecommctl set` can change while the daemon runs.
+const std::vector<std::string>& settable_keys();
+
+// The groups of the peer of `fd`: its primary gid (SO_PEERCRED) and its supplementary groups
+// (SO_PEERGROUPS), both as they were at connect.
+std::vector<gid_t> peer_groups(int fd, const ipc::PeerCredentials& cred);
+
+// Root, the daemon's own uid, or a member of `admin_group` (name or gid; peer_groups).
+// On refusal `why` says who was refused and who would be allowed.
+bool may_administer(int fd, const ipc::PeerCredentials& cred, const std::string& admin_group,
+                    std::string& why);
+
+}  // namespace nodecomm::daemon

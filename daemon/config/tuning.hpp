@@ -1,0 +1,78 @@
+// The tuning of every layer as plain structs: the leaf of the daemon's dependencies. The
+// configuration (config.hpp) fills them; the layers that use them (algorithms, scheduler,
+// engine) only read them, so one owner, the conductor, changes tuning at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "nodecomm/proto/control.hpp"
+#include "nodecomm/proto/types.hpp"
+
+namespace nodecomm::daemon {
+
+enum class AllreduceAlgorithmKind : uint8_t { kAuto, kRing, kRecursiveDoubling, kMpi };
+
+std::string algorithm_name(AllreduceAlgorithmKind kind);
+
+// "auto", "ring", "rd" (or "recursive-doubling"), "mpi"; throws std::invalid_argument.
+AllreduceAlgorithmKind parse_algorithm(const std::string& text);
+
+// Runtime parameters of the inter-node algorithms (MLSL's epNum is `endpoints`).
+struct AlgorithmTuning {
+  AllreduceAlgorithmKind allreduce = AllreduceAlgorithmKind::kAuto;
+  // auto: messages of at most this many bytes use recursive doubling, larger ones the ring.
+  size_t small_bytes = size_t{64} * 1024;
+  // The ring moves each block in slices of about this many bytes.
+  size_t chunk_bytes = size_t{512} * 1024;
+  // Ring slices in flight at once on each node.
+  uint32_t pipeline_depth = 8;
+  // Lanes (endpoints) the slices are spread over, at most the transport's lanes().
+  uint32_t endpoints = 2;
+};
+
+struct SchedulerTuning {
+  proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
+  bool fusion = true;
+  // Largest fused transfer, as Horovod's HOROVOD_FUSION_THRESHOLD.
+  size_t fusion_threshold_bytes = size_t{64} << 20;
+  // Shortest time between the starts of two negotiation rounds (HOROVOD_CYCLE_TIME).
+  uint32_t fusion_cycle_us = 0;
+  // Largest unit a large allreduce is cut into: the granularity of overtaking. 0: adaptive,
+  // a quarter of the window.
+  size_t chunk_bytes = 0;
+  // Scheduled bytes still on the network above which no new round starts. 0: adaptive, the
+  // measured rate times target_delay_us, so that whatever is already queued on the way delays
+  // a newly ready high-priority operation by about that much, at any link speed.
+  size_t window_bytes = 0;
+  uint32_t target_delay_us = 4000;
+
+  // Without priorities or fusion, operations go out in sequence order and need no rounds.
+  bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }
+};
+
+// The daemon's tuning with a job's overrides applied.
+SchedulerTuning with_job_overrides(SchedulerTuning tuning, const proto::JobTuning& job);
+
+// "none", "direct", "lifo"; throws std::invalid_argument.
+proto::PriorityPolicy parse_priority_policy(const std::string& text);
+
+struct EngineLimits {
+  uint64_t max_count = uint64_t{1} << 34;
+  // An operation some rank has submitted and others have not, or that is still waiting on
+  // other nodes: reported in the log after stall_sec, failed after op_timeout_sec (0: never).
+  uint32_t stall_sec = 60;
+  uint32_t op_timeout_sec = 600;
+  // Operations one member may have in the daemon at once (submitted, not yet completed), over
+  // all its communicators; one more fails with NC_ERR_QUEUE_FULL and poisons its communicator.
+  // The library never has more than its ring capacity in flight, so this only stops a client
+  // that posts far ahead of its peers from growing the daemon.
+  uint32_t max_in_flight = 4096;
+  // int8 error feedback: residuals kept per job (tensors and bytes); the least recently used
+  // is dropped past either (feedback_state.hpp).
+  uint32_t max_feedback_tensors = 4096;
+  uint64_t max_feedback_bytes = uint64_t{4} << 30;
+};
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,67 @@
+// The hierarchical collectives, in three steps each:
+//   stage_in:      read the node's send buffers (once, into daemon-private staging);
+//   start_network: run the inter-node part among the daemons on the staging buffers;
+//   stage_out:     write each local rank's receive buffer from staging.
+// Reading every input before writing any output makes every in-place layout safe, and only
+// the node's aggregate crosses the network. Staging is laid out in the communicator's
+// node-major order (CommLayout), so each node's part is one contiguous run on the network.
+#pragma once
+
+#include <vector>
+
+#include "engine/job.hpp"
+#include "engine/staging.hpp"
+#include "net/transport.hpp"
+
+namespace nodecomm::daemon {
+
+struct CollectiveContext {
+  Job& job;
+  Communicator& comm;
+  StagingPool& staging;
+  Transport& transport;
+};
+
+// The staging memory could not be had (StagingPool::acquire threw std::bad_alloc). A
+// TransportError, so that a failure inside a transfer's callbacks fails it like any other.
+class StagingExhausted : public TransportError {
+ public:
+  using TransportError::TransportError;
+};
+
+// Staging bytes `op` holds on this node at its peak (staging and the second buffer; an
+// algorithm's small scratch aside): what it reserves against the caps before it starts.
+size_t staging_bytes(const CommLayout& lay, const Operation& op);
+
+// Returns true when the operation is already complete and delivered (small single-node
+// fast paths); otherwise staging holds the node's input.
+bool stage_in(CollectiveContext& ctx, Operation& op);
+TransportHandle start_network(CollectiveContext& ctx, Operation& op);
+// Writes results and releases the staging buffers.
+void stage_out(CollectiveContext& ctx, Operation& op);
+// Releases staging after a failure.
+void release_staging(CollectiveContext& ctx, Operation& op);
+
+// For the negotiated scheduler (engine_schedule.cpp), which sends an allreduce in chunks or
+// packs several into one transfer. stage_in must have run (it acquires the staging).
+struct AllreduceWire {
+  proto::DType dtype;  // in staging and on the network (f32 for f16/bf16)
+  proto::RedOp op;     // avg travels as sum
+  proto::Compression compression;
+  size_t elem;  // bytes of one staging element
+};
+AllreduceWire allreduce_wire(const CommLayout& lay, const Operation& op);
+// Elements [first, first + count) of the operation, as one transport allreduce whose scratch
+// lives in `scratch` (the caller releases it once the transfer is complete).
+TransportHandle start_allreduce_chunk(CollectiveContext& ctx, Operation& op, size_t first,
+                                      size_t count, StagingPool::Buffer& scratch);
+// Whole allreduces with the same AllreduceWire, packed at element `offset` of `buffer`, as
+// one transfer. Each part is reduced into the buffer now and delivered as its range finishes.
+struct FusedPart {
+  Operation* op;
+  size_t offset;
+};
+TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
+                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch);
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,543 @@
+// The negotiated scheduler: priorities, chunking and fusion for communicators that span
+// nodes (see schedule.hpp for the design). Every daemon runs the same rounds in the same
+// order, and from the same gathered records computes the same units in the same order, so
+// the transport sees identical start sequences everywhere.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "engine/collectives.hpp"
+#include "engine/observer.hpp"
+#include "engine/wire_formats.hpp"
+#include "engine/engine.hpp"
+#include "config/log.hpp"
+#include "nodecomm/ipc/clock.hpp"
+#include "engine/op_check.hpp"
+
+namespace nodecomm::daemon {
+
+using proto::Status;
+
+namespace {
+
+
+
+
+// Every node has announced what its ranks posted for `seq` (apply_round has compared them).
+// A split or free starts only then: it takes no ready bit and moves no data through the
+// rounds, so without this a node whose ranks posted something else would never be told.
+bool agreed_everywhere(const CommSchedule& sched, uint64_t seq, size_t node_count) {
+  const auto found = sched.announced.find(seq);
+  if (found == sched.announced.end() || found->second.size() != node_count) return false;
+  for (const auto& summary : found->second) {
+    if (!summary) return false;
+  }
+  return true;
+}
+
+// This node's operation for `seq`, if it is still here.
+const Operation* local_op(Communicator& comm, uint64_t seq) {
+  const auto found = comm.ops().find(seq);
+  return found == comm.ops().end() ? nullptr : &found->second;
+}
+
+bool is_allreduce(const Operation& op) {
+  return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
+}
+
+bool is_int8(const Operation& op) {
+  return static_cast<proto::Compression>(op.first().compression) == proto::Compression::kInt8;
+}
+
+// Bytes a whole non-allreduce operation puts on the network, roughly, for the round budget.
+size_t whole_bytes(const Operation& op, const CommLayout& lay) {
+  const auto dtype = static_cast<proto::DType>(op.first().dtype);
+  return static_cast<size_t>(op.first().count) * proto::dtype_size(dtype) * lay.size;
+}
+
+}  // namespace
+
+bool Engine::locally_ready(const Communicator& comm, const Operation& op) const {
+  if (is_comm_management(op) || comm.schedule.fully_scheduled(op.seq)) return false;
+  return op.phase == Operation::Phase::kReady ||
+         (op.phase == Operation::Phase::kInterNode && op.scheduled_elems > 0);
+}
+
+size_t Engine::progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+  CommSchedule& sched = comm.schedule;
+  size_t work = poll_units(job, comm);
+  if (sched.round != 0) {
+    try {
+      if (transport_.test(sched.round)) {
+        --inter_node_ops_;
+        sched.round = 0;
+        apply_round(job, comm);
+        ++work;
+      }
+    } catch (const TransportError& e) {
+      --inter_node_ops_;
+      sched.round = 0;
+      comm.poison(
+          Status::kPeerLost,
+          fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(), e.what()));
+    }
+  }
+  auto& ops = comm.ops();
+  // Operations no round will take: failures, and a split or free once everything before it
+  // has left the network (nothing overtakes those, see Engine::progress).
+  for (auto it = ops.begin(); it != ops.end();) {
+    Operation& op = it->second;
+    // After a failure no new round starts, so what is not wholly on the network fails now.
+    const bool on_network = op.units_in_flight > 0 || sched.fully_scheduled(op.seq) ||
+                            (is_comm_management(op) && op.phase == Operation::Phase::kInterNode);
+    if (comm.poisoned() && !on_network && op.phase != Operation::Phase::kDone) {
+      complete(job, comm, op, comm.poison_status(),
+               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
+                           comm.poison_reason()));
+    }
+    if (is_comm_management(op) && op.seq == sched.floor && sched.units.empty() &&
+        sched.round == 0 && op.phase == Operation::Phase::kReady &&
+        agreed_everywhere(sched, op.seq, comm.layout().node_count)) {
+      start(job, comm, op);
+      ++work;
+    }
+    if (is_comm_management(op) && op.phase == Operation::Phase::kInterNode) {
+      try {
+        if (transport_.test(op.handle)) {
+          --inter_node_ops_;
+          finish(job, comm, op);
+          ++work;
+        }
+      } catch (const TransportError& e) {
+        --inter_node_ops_;
+        fail_between_nodes(job, comm, op, e.what());
+      }
+    }
+    if (is_comm_management(op) && op.phase == Operation::Phase::kDone && op.seq == sched.floor) {
+      sched.mark_scheduled(op.seq);
+    }
+    // A finished operation stays while a transfer still uses its buffers, and until every
+    // daemon has handed it out, so that a round that names it finds it.
+    if (op.phase == Operation::Phase::kDone && op.units_in_flight == 0 &&
+        (sched.fully_scheduled(op.seq) || !op.advertised)) {
+      CollectiveContext ctx{job, comm, staging_, transport_};
+      release_staging(ctx, op);
+      it = ops.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // A new round once at least one chunk fits in the window.
+  if (sched.round == 0 && !comm.poisoned() &&
+      sched.bytes_in_flight + sched.chunk(tuning) <=
+          std::max(sched.window(tuning), sched.chunk(tuning))) {
+    const uint64_t now = ipc::monotonic_ns();
+    const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
+                              now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
+    bool any_ready = false;
+    for (auto it = ops.lower_bound(sched.floor);
+         it != ops.end() && it->first < sched.floor + kWindow; ++it) {
+      if (is_comm_management(it->second)) break;
+      if (locally_ready(comm, it->second)) {
+        any_ready = true;
+        break;
+      }
+    }
+    const auto floor_op = ops.find(sched.floor);
+    const bool fence = floor_op != ops.end() && is_comm_management(floor_op->second);
+    // A split or free at the floor waits for every node's announcement of it; every node
+    // sees the same records, so all of them keep starting rounds until it has arrived.
+    const bool fence_unconfirmed = fence && floor_op->second.phase == Operation::Phase::kReady &&
+                                   !agreed_everywhere(sched, sched.floor, comm.layout().node_count);
+    if (((any_ready && !fence) || fence_unconfirmed) && cycle_passed) {
+      start_round(job, comm, tuning);
+      ++work;
+    }
+  }
+  return work;
+}
+
+void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
+  (void)job;
+  CommSchedule& sched = comm.schedule;
+  const CommLayout& lay = comm.layout();
+  RoundRecord mine{};
+  mine.floor = sched.floor;
+  mine.policy = static_cast<uint32_t>(tuning.policy);
+  mine.fusion = tuning.fusion ? 1 : 0;
+  mine.fusion_threshold = tuning.fusion_threshold_bytes;
+  mine.chunk_bytes = sched.chunk(tuning);
+  const size_t window = sched.window(tuning);
+  mine.room = window - std::min(window, sched.bytes_in_flight);
+  mine.algorithm = agreed_algorithm(algorithm_);
+  if (observer_ != nullptr) observer_->round_started();
+  auto& ops = comm.ops();
+  for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
+       ++it) {
+    Operation& op = it->second;
+    if (is_comm_management(op)) {
+      // Announced, never marked ready: it runs outside the rounds once all nodes agree.
+      if (op.phase == Operation::Phase::kReady && !op.announced &&
+          mine.announced < kAnnouncePerRound) {
+        mine.announcements[mine.announced++] = summarize(op, lay);
+        op.announced = true;
+      }
+      break;  // nothing overtakes a split or free
+    }
+    if (!locally_ready(comm, op)) continue;
+    if (!op.announced) {
+      if (mine.announced == kAnnouncePerRound) continue;
+      mine.announcements[mine.announced++] = summarize(op, lay);
+      op.announced = true;
+    }
+    const uint64_t i = it->first - sched.floor;
+    mine.ready[i / 64] |= uint64_t{1} << (i % 64);
+    op.advertised = true;
+  }
+  sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
+  std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
+              sizeof(mine));
+  sched.round =
+      transport_.start_exchange(lay.node_comm, sched.round_records.data(), sizeof(RoundRecord));
+  sched.last_round_ns = ipc::monotonic_ns();
+  ++sched.rounds;
+  ++inter_node_ops_;
+}
+
+void Engine::apply_round(Job& job, Communicator& comm) {
+  CommSchedule& sched = comm.schedule;
+  const CommLayout& lay = comm.layout();
+  std::vector<RoundRecord> records(lay.node_count);
+  std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * lay.node_count);
+  for (const RoundRecord& r : records) {
+    if (r.floor != sched.floor) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {} diverged between nodes: this node is at "
+                              "seq {}, another at seq {}",
+                              comm.id(), sched.floor, r.floor));
+      return;
+    }
+  }
+  // What every node announced, kept until the floor passes it.
+  sched.announced.erase(sched.announced.begin(), sched.announced.lower_bound(sched.floor));
+  std::set<uint64_t> announced_now;
+  for (size_t n = 0; n < records.size(); ++n) {
+    const RoundRecord& r = records[n];
+    for (uint32_t k = 0; k < std::min<uint32_t>(r.announced, kAnnouncePerRound); ++k) {
+      auto& by_node = sched.announced[r.announcements[k].seq];
+      by_node.resize(records.size());
+      by_node[n] = r.announcements[k];
+      announced_now.insert(r.announcements[k].seq);
+    }
+  }
+  // A sequence number whose last announcement arrived in this round is compared at once,
+  // ready or not (a split or free is never ready), so a mismatch fails everywhere before any
+  // node acts on it. Earlier ones were compared in the round that completed them.
+  for (const uint64_t seq : announced_now) {
+    if (!agreed_everywhere(sched, seq, records.size())) continue;
+    if (std::string disagreement =
+            cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay, local_op(comm, seq));
+        !disagreement.empty()) {
+      comm.poison(Status::kMismatch, disagreement);
+      return;
+    }
+  }
+  sched.ready_by_node.assign(records.size(), {});
+  for (size_t n = 0; n < records.size(); ++n) {
+    for (size_t i = 0; i < kWindow; ++i) {
+      if (((records[n].ready[i / 64] >> (i % 64)) & 1u) != 0) {
+        sched.ready_by_node[n].insert(sched.floor + i);
+      }
+    }
+  }
+  const RoundRecord& lead = records[0];
+  transport_.set_tuning(with_agreed_algorithm(transport_.tuning(), lead.algorithm));
+  const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
+  const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
+  // Ready on every node.
+  std::vector<uint64_t> eligible;
+  for (size_t i = 0; i < kWindow; ++i) {
+    bool all = true;
+    for (const RoundRecord& r : records) all = all && ((r.ready[i / 64] >> (i % 64)) & 1u) != 0;
+    if (all) eligible.push_back(i);
+  }
+  // Nothing moves until every node's ranks are known to have posted the same operation.
+  for (const uint64_t i : eligible) {
+    const auto announced = sched.announced.find(sched.floor + i);
+    const std::string disagreement =
+        announced == sched.announced.end()
+            ? fmt::format(
+                  "scheduling on comm {}: seq {} is ready on every node but was not "
+                  "announced by all",
+                  comm.id(), sched.floor + i)
+            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay,
+                                      local_op(comm, sched.floor + i));
+    if (!disagreement.empty()) {
+      comm.poison(Status::kMismatch, disagreement);
+      return;
+    }
+  }
+  // Agreed, but a node cannot stage it: it fails on every node alike and leaves the plan;
+  // the communicator stays usable. Marked as handed out once the plan has started (marking
+  // moves the floor, from which `eligible` counts).
+  std::vector<uint64_t> refused_seqs;
+  std::erase_if(eligible, [&](uint64_t i) {
+    const uint64_t seq = sched.floor + i;
+    const std::string refused = cross_node_refusal(comm.id(), seq, sched.announced[seq], lay);
+    if (refused.empty()) return false;
+    refused_seqs.push_back(seq);
+    if (auto found = comm.ops().find(seq);
+        found != comm.ops().end() && found->second.phase != Operation::Phase::kDone) {
+      Operation& op = found->second;
+      complete(job, comm, op, Status::kNoMemory,
+               op.staging_refused.empty() ? refused : op.staging_refused);
+    }
+    return true;
+  });
+  const auto priority_of = [&](uint64_t i) {
+    return sched.announced[sched.floor + i][0]->priority;
+  };
+  if (policy == proto::PriorityPolicy::kDirect) {
+    std::stable_sort(eligible.begin(), eligible.end(),
+                     [&](uint64_t a, uint64_t b) { return priority_of(a) > priority_of(b); });
+  } else if (policy == proto::PriorityPolicy::kLifo) {
+    std::reverse(eligible.begin(), eligible.end());
+  }
+  // Hand out what every node has room for (at least one chunk), in policy order and in
+  // units of at most a chunk. Small allreduces join a fused transfer with the same wire
+  // format (placed where its first member falls in the order).
+  uint64_t room = UINT64_MAX;
+  for (const RoundRecord& r : records) room = std::min(room, r.room);
+  size_t budget = std::max<size_t>(room, chunk);
+  std::vector<ScheduledUnit> plan;
+  using FuseKey = std::tuple<proto::DType, proto::RedOp, proto::Compression>;
+  std::map<FuseKey, size_t> open_fusion;  // key -> index in plan
+  std::vector<size_t> fused_bytes;        // by plan index
+  for (const uint64_t i : eligible) {
+    if (budget == 0) break;
+    const uint64_t seq = sched.floor + i;
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here",
+                              comm.id(), seq));
+      return;
+    }
+    Operation& op = found->second;
+    ScheduledUnit unit;
+    unit.seqs.push_back(seq);
+    if (!is_allreduce(op) || is_int8(op)) {
+      unit.kind = is_allreduce(op) ? ScheduledUnit::Kind::kInt8 : ScheduledUnit::Kind::kWhole;
+      unit.bytes = whole_bytes(op, lay);
+      budget -= std::min(budget, unit.bytes);
+      plan.push_back(std::move(unit));
+      fused_bytes.push_back(0);
+      continue;
+    }
+    const AllreduceWire wire = allreduce_wire(lay, op);
+    const size_t count = op.first().count;
+    const size_t remaining = (count - op.scheduled_elems) * wire.elem;
+    // A fused transfer is at most a chunk too, so that the next round can start while the
+    // window still holds transfers (and a later high-priority operation waits behind one).
+    const size_t fused_limit = std::min<size_t>(lead.fusion_threshold, chunk);
+    const bool fusable = lead.fusion != 0 && op.scheduled_elems == 0 && remaining <= fused_limit;
+    if (fusable) {
+      const FuseKey key{wire.dtype, wire.op, wire.compression};
+      auto open = open_fusion.find(key);
+      if (open != open_fusion.end() && fused_bytes[open->second] + remaining <= fused_limit) {
+        ScheduledUnit& fused = plan[open->second];
+        fused.kind = ScheduledUnit::Kind::kFused;
+        fused.seqs.push_back(seq);
+        fused.offsets.push_back(fused.offsets.back() + fused.count);
+        fused.count = count;  // elements of the last part, to place the next one
+        fused.bytes += remaining;
+        fused_bytes[open->second] += remaining;
+        budget -= std::min(budget, remaining);
+        continue;
+      }
+      unit.kind = ScheduledUnit::Kind::kChunk;
+      unit.offsets.push_back(0);
+      unit.first = 0;
+      unit.count = count;
+      unit.bytes = remaining;
+      open_fusion[key] = plan.size();
+      fused_bytes.push_back(remaining);
+      budget -= std::min(budget, remaining);
+      plan.push_back(std::move(unit));
+      continue;
+    }
+    // Consecutive chunks of one operation while the budget lasts.
+    size_t next = op.scheduled_elems;
+    while (budget > 0 && next < count) {
+      const size_t left = (count - next) * wire.elem;
+      const size_t take = std::max<size_t>(std::min({left, budget, chunk}) / wire.elem, 1);
+      ScheduledUnit piece;
+      piece.seqs.push_back(seq);
+      piece.kind = ScheduledUnit::Kind::kChunk;
+      piece.first = next;
+      piece.count = std::min(take, count - next);
+      piece.bytes = piece.count * wire.elem;
+      next += piece.count;
+      budget -= std::min(budget, piece.bytes);
+      plan.push_back(std::move(piece));
+      fused_bytes.push_back(0);
+    }
+  }
+  if (Log::get().enabled(LogLevel::kDebug)) {
+    size_t planned_ops = 0;
+    for (const ScheduledUnit& u : plan) planned_ops += u.seqs.size();
+    NC_LOG(kDebug,
+           "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
+           "room {} bytes, {} bytes in flight",
+           comm.id(), sched.rounds, sched.floor, eligible.size(), plan.size(), planned_ops, room,
+           sched.bytes_in_flight);
+  }
+  for (ScheduledUnit& unit : plan) {
+    if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
+      unit.offsets.clear();  // a fusion candidate that found no partner: a whole-op chunk
+    }
+    start_unit(job, comm, std::move(unit));
+  }
+  for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
+}
+
+void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
+  CommSchedule& sched = comm.schedule;
+  CollectiveContext ctx{job, comm, staging_, transport_};
+  auto op_at = [&](uint64_t seq) -> Operation& { return comm.ops().at(seq); };
+  // Operations already failed here still take part, on scratch data, because the other
+  // daemons run this transfer too; their results are simply not delivered.
+  try {
+    switch (unit.kind) {
+      case ScheduledUnit::Kind::kChunk: {
+        Operation& op = op_at(unit.seqs[0]);
+        if (!op.staged) {
+          stage_in(ctx, op);
+          op.staged = true;
+        }
+        if (op.phase == Operation::Phase::kReady) op.phase = Operation::Phase::kInterNode;
+        op.scheduled_elems = unit.first + unit.count;
+        if (op.scheduled_elems == op.first().count) sched.mark_scheduled(op.seq);
+        unit.handle = start_allreduce_chunk(ctx, op, unit.first, unit.count, unit.scratch);
+        break;
+      }
+      case ScheduledUnit::Kind::kFused: {
+        std::vector<FusedPart> parts;
+        for (size_t k = 0; k < unit.seqs.size(); ++k) {
+          Operation& op = op_at(unit.seqs[k]);
+          if (op.phase == Operation::Phase::kReady) op.phase = Operation::Phase::kInterNode;
+          op.scheduled_elems = op.first().count;
+          sched.mark_scheduled(op.seq);
+          parts.push_back({&op, unit.offsets[k]});
+        }
+        unit.handle = start_allreduce_fused(ctx, parts, unit.buffer, unit.scratch);
+        break;
+      }
+      case ScheduledUnit::Kind::kInt8:
+      case ScheduledUnit::Kind::kWhole: {
+        Operation& op = op_at(unit.seqs[0]);
+        sched.mark_scheduled(op.seq);
+        op.scheduled_elems = std::max<size_t>(op.first().count, 1);
+        if (op.phase == Operation::Phase::kDone) {
+          throw TransportError(fmt::format("seq {} already failed on this node", op.seq));
+        }
+        start(job, comm, op);  // stage_in + start_network, as without scheduling
+        if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
+        --inter_node_ops_;                                     // counted per unit below instead
+        unit.handle = op.handle;
+        break;
+      }
+    }
+  } catch (const StagingExhausted& e) {
+    // The other nodes run this unit: tell them, so their members fail instead of waiting.
+    notices_.push_back(
+        {job.world_rank_of(comm.layout().members[0]), Status::kNoMemory,
+         fmt::format("out of staging memory on node {}: {}", job.node_index, e.what())});
+    fail_unit(job, comm, unit, e.what(), Status::kNoMemory);
+    return;
+  } catch (const TransportError& e) {
+    fail_unit(job, comm, unit, e.what());
+    return;
+  }
+  sched.bytes_in_flight += unit.bytes;
+  ++inter_node_ops_;
+  for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
+  if (observer_ != nullptr) observer_->unit_started(comm, unit, ipc::monotonic_ns());
+  sched.units.push_back(std::move(unit));
+}
+
+size_t Engine::poll_units(Job& job, Communicator& comm) {
+  CommSchedule& sched = comm.schedule;
+  size_t work = 0;
+  for (auto it = sched.units.begin(); it != sched.units.end();) {
+    ScheduledUnit& unit = *it;
+    bool finished = false;
+    try {
+      finished = transport_.test(unit.handle);
+    } catch (const TransportError& e) {
+      --inter_node_ops_;
+      sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
+      fail_unit(job, comm, unit, e.what());
+      it = sched.units.erase(it);
+      ++work;
+      continue;
+    }
+    if (!finished) {
+      ++it;
+      continue;
+    }
+    --inter_node_ops_;
+    sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
+    sched.record_completion(unit.bytes, ipc::monotonic_ns());
+    unit_done(job, comm, unit);
+    it = sched.units.erase(it);
+    ++work;
+  }
+  return work;
+}
+
+void Engine::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
+  if (observer_ != nullptr) observer_->unit_finished(comm, unit, ipc::monotonic_ns());
+  staging_.release(unit.scratch);
+  staging_.release(unit.buffer);
+  for (const uint64_t seq : unit.seqs) {
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) continue;
+    Operation& op = found->second;
+    --op.units_in_flight;
+    if (op.phase == Operation::Phase::kDone) continue;  // failed here meanwhile
+    if (unit.kind == ScheduledUnit::Kind::kChunk) {
+      op.finished_elems += unit.count;
+      if (op.finished_elems < op.first().count) continue;
+    }
+    finish(job, comm, op);
+  }
+}
+
+void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
+                       Status status) {
+  staging_.release(unit.scratch);
+  staging_.release(unit.buffer);
+  std::string text;
+  for (const uint64_t seq : unit.seqs) {
+    auto found = comm.ops().find(seq);
+    if (found == comm.ops().end()) continue;
+    Operation& op = found->second;
+    if (op.units_in_flight > 0) --op.units_in_flight;
+    CollectiveContext ctx{job, comm, staging_, transport_};
+    if (op.units_in_flight == 0) release_staging(ctx, op);
+    text = status == Status::kNoMemory
+               ? fmt::format("out of staging memory: {} seq {} on comm {} ({} on node {}): {}",
+                             describe_submission(op.first()), seq, comm.id(),
+                             local_ranks(comm.layout()), job.node_index, why)
+               : fmt::format("{} seq {} failed between nodes: {}", describe_submission(op.first()),
+                             seq, why);
+    if (op.phase != Operation::Phase::kDone) complete(job, comm, op, status, text);
+  }
+  if (!text.empty()) comm.poison(status, text);
+}
+
+}  // namespace nodecomm::daemon

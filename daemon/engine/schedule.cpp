@@ -1,0 +1,43 @@
+#include "engine/schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace nodecomm::daemon {
+
+
+
+size_t CommSchedule::window(const SchedulerTuning& t) const {
+  if (t.window_bytes != 0) return t.window_bytes;
+  const double bytes = rate * t.target_delay_us / 1e6;
+  return std::clamp(static_cast<size_t>(bytes), kMinWindowBytes, kMaxWindowBytes);
+}
+
+size_t CommSchedule::chunk(const SchedulerTuning& t) const {
+  if (t.chunk_bytes != 0) return t.chunk_bytes;
+  return std::clamp(window(t) / 4, kMinChunkBytes, kMaxChunkBytes);
+}
+
+void CommSchedule::record_completion(size_t bytes, uint64_t now) {
+  constexpr uint64_t kIntervalNs = 5'000'000;
+  constexpr uint64_t kIdleGapNs = 20'000'000;
+  // After a pause the link was idle, not slow: start a new interval.
+  if (now - last_completion_ns > kIdleGapNs) {
+    interval_start_ns = now;
+    interval_bytes = 0;
+  }
+  last_completion_ns = now;
+  interval_bytes += bytes;
+  const uint64_t elapsed = now - interval_start_ns;
+  if (elapsed < kIntervalNs) return;
+  const double sample = static_cast<double>(interval_bytes) * 1e9 / static_cast<double>(elapsed);
+  // Quick to rise (a small window under-measures a fast link), slow to fall.
+  rate = rate == 0 || sample > rate ? sample : 0.8 * rate + 0.2 * sample;
+  interval_start_ns = now;
+  interval_bytes = 0;
+}
+
+}  // namespace nodecomm::daemon

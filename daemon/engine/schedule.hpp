@@ -1,0 +1,89 @@
+// How a multi-node communicator's ready operations are put on the network: the tuning, and
+// the per-communicator state of the negotiated scheduler (engine_schedule.cpp).
+//
+// Every daemon must start inter-node operations in the same order. With priorities or
+// fusion, which operations go next depends on which are ready on every node, so the daemons
+// agree on it in rounds: each round is a small allgather of what each node has ready (a
+// bitmap over a window of sequence numbers, with priorities), after which every daemon
+// computes the same schedule from the same records. A round hands out at most chunk_bytes;
+// large allreduces go out chunk by chunk, so a higher-priority operation that becomes ready
+// overtakes at the next round. Small allreduces with the same dtype, op and compression are
+// packed into one fused transfer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nodecomm/proto/control.hpp"
+#include "nodecomm/proto/types.hpp"
+#include "config/tuning.hpp"
+#include "engine/op_check.hpp"
+#include "engine/staging.hpp"
+
+namespace nodecomm::daemon {
+
+using TransportHandle = uint64_t;
+
+
+
+// One transfer the daemons agreed on: a range of one allreduce, several small allreduces
+// fused into one buffer, an int8 allreduce, a whole other collective, or a round.
+struct ScheduledUnit {
+  enum class Kind : uint8_t { kChunk, kFused, kInt8, kWhole };
+  Kind kind = Kind::kWhole;
+  TransportHandle handle = 0;
+  std::vector<uint64_t> seqs;   // the operations it carries
+  std::vector<size_t> offsets;  // kFused: first element of each operation in `buffer`
+  size_t first = 0;             // kChunk: element range of the operation
+  size_t count = 0;
+  size_t bytes = 0;             // on the network, for the window
+  StagingPool::Buffer buffer;   // kFused: the packed operations; kInt8: every node's blocks
+  StagingPool::Buffer scratch;  // the algorithm's scratch
+};
+
+// The adaptive window's bounds and the chunk's.
+inline constexpr size_t kMinWindowBytes = size_t{256} << 10;
+inline constexpr size_t kMaxWindowBytes = size_t{64} << 20;
+inline constexpr size_t kMinChunkBytes = size_t{64} << 10;
+inline constexpr size_t kMaxChunkBytes = size_t{4} << 20;
+
+struct CommSchedule {
+  // Lowest sequence number not yet handed out in full, and those above it that are.
+  uint64_t floor = 1;
+  std::set<uint64_t> scheduled_ahead;
+  std::deque<ScheduledUnit> units;  // started, in agreed order
+  size_t bytes_in_flight = 0;
+  TransportHandle round = 0;  // 0: no round in flight
+  std::vector<uint8_t> round_records;
+  uint64_t last_round_ns = 0;
+  uint64_t rounds = 0;
+  // What each node's ranks posted for the sequence numbers announced in rounds, by seq and
+  // node: compared before an operation is handed out (op_check.hpp).
+  std::map<uint64_t, std::vector<std::optional<OpSummary>>> announced;
+  // Sequence numbers each node had ready at the last round, for stall reports.
+  std::vector<std::set<uint64_t>> ready_by_node;
+  // Rate at which scheduled bytes complete while units are in flight (bytes per second).
+  double rate = 0;
+  uint64_t interval_start_ns = 0;
+  uint64_t last_completion_ns = 0;
+  size_t interval_bytes = 0;
+
+  size_t window(const SchedulerTuning& t) const;
+  size_t chunk(const SchedulerTuning& t) const;
+  // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
+  void record_completion(size_t bytes, uint64_t now);
+
+  bool fully_scheduled(uint64_t seq) const { return seq < floor || scheduled_ahead.count(seq) > 0; }
+  void mark_scheduled(uint64_t seq) {
+    scheduled_ahead.insert(seq);
+    while (scheduled_ahead.erase(floor) > 0) ++floor;
+  }
+};
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,22 @@
+#include "engine/wire_formats.hpp"
+
+namespace nodecomm::daemon {
+
+AgreedAlgorithm agreed_algorithm(const AlgorithmTuning& tuning) {
+  return AgreedAlgorithm{tuning.chunk_bytes, tuning.small_bytes,
+                         static_cast<uint32_t>(tuning.allreduce), tuning.endpoints};
+}
+
+AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorithm& agreed) {
+  if (agreed.chunk_bytes == 0 || agreed.endpoints == 0 ||
+      agreed.allreduce > static_cast<uint32_t>(AllreduceAlgorithmKind::kMpi)) {
+    return local;  // nothing (valid) was sent
+  }
+  local.chunk_bytes = agreed.chunk_bytes;
+  local.small_bytes = agreed.small_bytes;
+  local.allreduce = static_cast<AllreduceAlgorithmKind>(agreed.allreduce);
+  local.endpoints = agreed.endpoints;
+  return local;
+}
+
+}  // namespace nodecomm::daemon

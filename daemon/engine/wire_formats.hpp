@@ -1,0 +1,81 @@
+// Every record the daemons of a job send each other, in one place: they cross the network
+// between daemons that may have been built apart, so they are fixed-width, trivially
+// copyable and checked by static_assert, like the client ABI in proto/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "config/tuning.hpp"
+
+namespace nodecomm::daemon {
+
+// OpSummary::flags
+inline constexpr uint32_t kSummaryStagingRefused = 1u << 0;  // this node cannot stage it
+
+// What one node's ranks submitted for one sequence number: the fields that every rank of a
+// communicator must pass alike. It travels between daemons, so it is fixed-width.
+struct OpSummary {
+  uint64_t seq;
+  uint64_t count;    // 0 for collectives whose counts differ by rank (v-collectives, split)
+  uint32_t root;     // 0 for collectives without a root
+  int32_t priority;  // not compared: node 0's priority orders the schedule
+  uint8_t collective;
+  uint8_t dtype;
+  uint8_t redop;
+  uint8_t compression;
+  uint32_t flags;  // kSummary*
+  // allgatherv/alltoallv: the node's count digest (count_agreement.hpp), not compared field
+  // by field; zero otherwise. The node's totals stay home: each summary costs every scheduling
+  // round 64 slots, so it carries only what the agreement needs (48 bytes, was 32).
+  uint64_t counts_digest[2];
+};
+static_assert(sizeof(OpSummary) == 48 && std::is_trivially_copyable_v<OpSummary>);
+
+// The inter-node algorithm settings that every daemon of a job must share: both ends of a
+// ring step must cut the same slices (chunk-size), pick the same algorithm (small-bytes,
+// allreduce-algorithm) and use the same lanes (endpoints). Node 0's are sent in every
+// scheduling round record and applied by every daemon before it starts that round's
+// transfers, so `nodecommctl set chunk-size` on node 0 changes the whole job between two
+// transfers, never in the middle of one. pipeline-depth is local (slices in flight here).
+struct AgreedAlgorithm {
+  uint64_t chunk_bytes;  // 0: none sent (keep the local settings)
+  uint64_t small_bytes;
+  uint32_t allreduce;  // AllreduceAlgorithmKind
+  uint32_t endpoints;
+};
+static_assert(sizeof(AgreedAlgorithm) == 24);
+
+AgreedAlgorithm agreed_algorithm(const AlgorithmTuning& tuning);
+// `local` with the agreed fields of `agreed` (unless it carries none).
+AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorithm& agreed);
+
+// Sequence numbers one round can see past the floor. Under `direct` a low-priority operation
+// may hold the floor while a whole step's tensors (ResNet-50 has 161) queue behind it.
+inline constexpr size_t kWindow = 1024;
+
+// Operations one round can announce per node; the rest wait for the next round.
+inline constexpr size_t kAnnouncePerRound = 64;
+
+// What one daemon tells the others each round. Only node 0's tuning fields are used, so the
+// daemons agree even if their jobs' environments differ. An operation is marked ready only
+// once it has been announced (now or in an earlier round) with what this node's ranks
+// submitted, so before any of its data moves every daemon can check that all nodes posted the
+// same collective, dtype, op, count and root. Node 0's announced priority orders the plan.
+struct RoundRecord {
+  uint64_t floor;
+  uint64_t ready[kWindow / 64];
+  uint32_t policy;
+  uint32_t fusion;
+  uint64_t fusion_threshold;
+  uint64_t chunk_bytes;
+  uint64_t room;  // window bytes this node has free: the round hands out the least of these
+  uint32_t announced;
+  uint32_t reserved;
+  OpSummary announcements[kAnnouncePerRound];
+  AgreedAlgorithm algorithm;  // inter-node algorithm settings; node 0's apply (see AgreedAlgorithm)
+};
+static_assert(std::is_trivially_copyable_v<RoundRecord>);
+
+}  // namespace nodecomm::daemon

@@ -1,0 +1,102 @@
+// The daemon's side of the counters segment (proto/counters.hpp): creates
+// /dev/shm/nodecomm.<instance>.counters, counts what the engine does through one-line hooks,
+// and rewrites the snapshot sections (job, clients, operations in flight) from the
+// housekeeping pass. Everything runs on the daemon's single thread; the segment has one
+// writer. If the segment cannot be created the daemon serves on without it (a warning says
+// why) and every hook is a no-op.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm_tally.hpp"
+#include "config/config.hpp"
+#include "engine/observer.hpp"
+#include "nodecomm/proto/counters.hpp"
+#include "nodecomm/proto/types.hpp"
+#include "observe/trace.hpp"
+
+namespace nodecomm::daemon {
+
+class ClientSession;
+class Communicator;
+class Job;
+class Transport;
+struct Operation;
+struct ScheduledUnit;
+
+
+// "512K", "64M", "1G", or the plain number: the form parse_bytes reads back.
+std::string format_bytes(uint64_t bytes);
+
+class CountersPublisher final : public EngineObserver {
+ public:
+  using ClientMap = std::map<uint32_t, std::unique_ptr<ClientSession>>;
+
+  // Creates the segment and publishes it (layout version last). Logs a warning and stays
+  // inactive on failure.
+  void open(const DaemonConfig& config, const Transport& transport, const std::string& runtime_dir,
+            const std::string& socket_path);
+  bool active() const { return seg_ != nullptr; }
+  const std::string& shm_name() const { return shm_.name(); }
+
+  // Engine hooks.
+  void op_completed(const Job& job, Communicator& comm, const Operation& op, proto::Status status,
+                    uint64_t now_ns) override;
+  void unit_started(const Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
+  void unit_finished(Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
+  void round_started() override;
+  void stall_reported() override;
+  // Daemon hooks.
+  void client_accepted();
+  void admin_request(bool refused);
+  // The settings table: after start and after every accepted `set` (`changed`).
+  void publish_params(const DaemonConfig& config, const Transport& transport, bool changed);
+  // Liveness on every call; the snapshot sections and busbw at most every 100 ms.
+  void housekeeping(uint64_t now_ns, uint64_t last_progress_ns, Job* job, const ClientMap& clients,
+                    uint32_t stall_sec, const Transport& transport);
+
+  TraceRecorder& trace() { return trace_; }
+
+ private:
+  void snapshot(uint64_t now_ns, Job* job, const ClientMap& clients, uint32_t stall_sec);
+  void publish_job(Job* job);
+  void publish_clients(uint64_t now_ns, Job* job, const ClientMap& clients);
+  void publish_ops(uint64_t now_ns, Job* job, uint32_t stall_sec);
+  void update_busbw(uint64_t now_ns);
+
+  OwnedShm shm_;
+  proto::CountersSegment* seg_ = nullptr;
+  TraceRecorder trace_;
+  std::string instance_;
+  uint64_t last_snapshot_ns_ = 0;
+  DaemonConfig config_;     // as last published
+  AlgorithmTuning agreed_;  // the transport's tuning as last published
+  uint64_t generation_ = 0;
+  const Job* formed_job_ = nullptr;
+  // Completions per client id in the current job, and when each client was first seen.
+  std::map<uint32_t, uint64_t> completed_by_client_;
+  std::map<uint32_t, uint64_t> connected_ns_;
+  struct ClientActivity {
+    uint64_t position = 0;
+    uint64_t seen_ns = 0;
+  };
+  std::map<uint32_t, ClientActivity> activity_;
+  std::string job_name_;
+  uint64_t job_started_realtime_ns_ = 0;
+  // busbw: bus bytes (bytes x 2(n-1)/n) of allreduces completed since the interval began.
+  double interval_bus_bytes_ = 0;
+  uint64_t interval_start_ns_ = 0;
+  double busbw_ewma_ = 0;
+  // Private copies of the seqlocked sections, rewritten then copied out whole.
+  std::unique_ptr<proto::JobSection> job_scratch_;
+  std::unique_ptr<proto::ClientsSection> clients_scratch_;
+  std::unique_ptr<proto::OpsSection> ops_scratch_;
+  std::unique_ptr<proto::ParamsSection> params_scratch_;
+};
+
+}  // namespace nodecomm::daemon

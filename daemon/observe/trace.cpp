@@ -1,0 +1,141 @@
+#include "observe/trace.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/fixed_text.hpp"
+
+namespace nodecomm::daemon {
+
+int reader_group_id(const std::string& group) {
+  if (group.empty()) return -1;
+  if (group.find_first_not_of("0123456789") == std::string::npos && group.size() < 10) {
+    return std::stoi(group);
+  }
+  const struct group* named = ::getgrnam(group.c_str());
+  return named != nullptr ? static_cast<int>(named->gr_gid) : -1;
+}
+
+std::string OwnedShm::create(const std::string& name, size_t bytes, int reader_gid) {
+  reset();
+  // /dev/shm is writable by everyone: a symbolic link planted at the name is refused (and
+  // shm_open's O_NOFOLLOW and O_EXCL below would not follow it either).
+  struct stat st {};
+  if (::lstat(("/dev/shm" + name).c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return fmt::format(
+        "refusing /dev/shm{}: it is a symbolic link, which nodecommd never follows (someone "
+        "planted it); remove it",
+        name);
+  }
+  // A stale object of this name is an earlier daemon's of the same instance (which held the
+  // instance lock we hold now) or our own previous trace: replace it.
+  ::shm_unlink(name.c_str());
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fmt::format("shm_open {}: {}", name, std::strerror(errno));
+  // Group-readable only when the group could be given to it (root, or CAP_CHOWN).
+  const bool group_reads =
+      reader_gid >= 0 && ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(reader_gid)) == 0;
+  std::string error;
+  if (::fchmod(fd, group_reads ? 0640 : 0600) != 0) {
+    error = fmt::format("fchmod {}: {}", name, std::strerror(errno));
+  } else if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    error = fmt::format("ftruncate {} to {} bytes: {}", name, bytes, std::strerror(errno));
+  }
+  void* data = MAP_FAILED;
+  if (error.empty()) {
+    data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (data == MAP_FAILED) error = fmt::format("mmap {}: {}", name, std::strerror(errno));
+  }
+  ::close(fd);
+  if (!error.empty()) {
+    ::shm_unlink(name.c_str());
+    return error;
+  }
+  name_ = name;
+  data_ = data;
+  bytes_ = bytes;
+  return {};
+}
+
+void OwnedShm::reset() {
+  if (data_ != nullptr) ::munmap(data_, bytes_);
+  if (!name_.empty()) ::shm_unlink(name_.c_str());
+  data_ = nullptr;
+  bytes_ = 0;
+  name_.clear();
+}
+
+std::string TraceRecorder::start(const std::string& shm_name, const std::string& instance,
+                                 uint32_t node_index, uint64_t capacity, int reader_gid) {
+  if (recording()) {
+    return fmt::format("a trace is already being recorded ({} events so far); stop it first",
+                       count_);
+  }
+  capacity = std::clamp<uint64_t>(capacity, 1, kMaxEvents);
+  header_ = nullptr;
+  events_ = nullptr;
+  const size_t bytes = sizeof(proto::TraceHeader) + capacity * sizeof(proto::TraceEvent);
+  if (std::string error = shm_.create(shm_name, bytes, reader_gid); !error.empty()) return error;
+  header_ = static_cast<proto::TraceHeader*>(shm_.data());
+  events_ = reinterpret_cast<proto::TraceEvent*>(header_ + 1);
+  capacity_ = capacity;
+  count_ = 0;
+  dropped_ = 0;
+  unit_begin_.clear();
+  header_->magic = proto::kTraceMagic;
+  header_->state = 1;
+  header_->capacity = capacity;
+  header_->start_monotonic_ns = ipc::monotonic_ns();
+  header_->start_realtime_ns = realtime_ns();
+  header_->node_index = node_index;
+  header_->pid = static_cast<uint32_t>(::getpid());
+  ipc::copy_text(header_->instance, instance);
+  // release: a reader that sees the version sees the initialised header.
+  std::atomic_ref<uint32_t>(header_->layout_version)
+      .store(proto::kTraceLayoutVersion, std::memory_order_release);
+  recording_ = true;
+  return {};
+}
+
+void TraceRecorder::stop() {
+  if (!recording()) return;
+  recording_ = false;
+  unit_begin_.clear();
+  proto::counter_store(header_->stop_monotonic_ns, ipc::monotonic_ns());
+  proto::counter_store(header_->dropped, dropped_);
+  // release: the final count and the stop time are visible with the stopped state.
+  std::atomic_ref<uint32_t>(header_->state).store(2, std::memory_order_release);
+}
+
+void TraceRecorder::record(const proto::TraceEvent& event) {
+  if (!recording()) return;
+  if (count_ == capacity_) {
+    ++dropped_;
+    proto::counter_store(header_->dropped, dropped_);
+    return;
+  }
+  events_[count_] = event;
+  ++count_;
+  // release: the event's bytes are visible before the count that includes it.
+  std::atomic_ref<uint64_t>(header_->count).store(count_, std::memory_order_release);
+}
+
+uint64_t TraceRecorder::take_unit_begin(uint64_t handle) {
+  const auto it = unit_begin_.find(handle);
+  if (it == unit_begin_.end()) return 0;
+  const uint64_t begin = it->second;
+  unit_begin_.erase(it);
+  return begin;
+}
+
+}  // namespace nodecomm::daemon
