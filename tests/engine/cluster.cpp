@@ -9,9 +9,9 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "daemon.hpp"
-#include "log.hpp"
-#include "transport_inmemory.hpp"
+#include "conductor/daemon.hpp"
+#include "config/log.hpp"
+#include "inmemory/transport_inmemory.hpp"
 
 namespace nodecomm::engine_test {
 

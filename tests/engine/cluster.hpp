@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
+#include "net/transport.hpp"
 #include "nodecomm.h"
-#include "transport.hpp"
 
 namespace nodecomm::daemon {
 class Daemon;

@@ -3,6 +3,7 @@
 // in-memory transport, on the layouts 1x4, 2x2, 3x(3,1,2) and 5x1. Each result is checked
 // element by element against a reference computed here from the same generator, with odd
 // counts, in place and out of place, from the arena (zero copy) and from the heap (copied).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include "cluster.hpp"
-#include "fmt/format.h"
 
 namespace nodecomm::engine_test {
 namespace {

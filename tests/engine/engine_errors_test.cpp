@@ -3,6 +3,7 @@
 // listing each side's submission, in the negotiated scheduler and in sequence order; a split
 // facing an allreduce at the same sequence number is compared before it runs; the per-client
 // limit of operations in flight; and wire compression's results on exactly representable data.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,7 +12,6 @@
 #include <vector>
 
 #include "cluster.hpp"
-#include "fmt/format.h"
 
 namespace nodecomm::engine_test {
 namespace {

@@ -1,6 +1,6 @@
 // The in-memory transport (transport_inmemory.hpp), in four parts that map onto the narrowed
 // transport's pieces: node groups, point to point, native collectives, notices and liveness.
-#include "transport_inmemory.hpp"
+#include "inmemory/transport_inmemory.hpp"
 
 #include <fmt/format.h>
 
@@ -16,9 +16,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "allreduce_algorithms.hpp"
-#include "chunked_transfers.hpp"
-#include "p2p.hpp"
+#include "algorithms/allreduce_algorithms.hpp"
+#include "algorithms/chunked_transfers.hpp"
+#include "net/p2p.hpp"
 
 namespace nodecomm::daemon {
 

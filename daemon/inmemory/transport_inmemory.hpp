@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "transport.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 
