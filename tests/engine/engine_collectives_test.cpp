@@ -499,6 +499,98 @@ TEST_P(EngineTest, BarrierHoldsEveryRank) {
   }));
 }
 
+// comm_check's set on a communicator whose members (world ranks, in communicator order) are
+// known: allreduce, allgather, allgatherv, alltoall, alltoallv, reduce_scatter, gather and
+// scatter (root: the last member), broadcast (root: the first); i32 data from the members'
+// world ranks, so a misplaced member shows.
+void collectives_on(Rank& r, nc_comm_t comm, const std::vector<int>& members,
+                    const std::string& name) {
+  const size_t n = members.size();
+  const auto me =
+      static_cast<size_t>(std::find(members.begin(), members.end(), r.rank) - members.begin());
+  const auto world = [&](size_t k) { return members[k]; };
+  constexpr size_t c = 5;
+  const auto what = [&](const char* op) { return fmt::format("{} on {}", op, name); };
+  Buf send(r.ctx, c * n * sizeof(int32_t), true);
+  Buf recv(r.ctx, c * n * sizeof(int32_t), true);
+  int32_t* s = send.as<int32_t>();
+  int32_t* o = recv.as<int32_t>();
+  nc_request_t req = 0;
+  // Reads req when called: after its argument, the posting call, has set it.
+  const auto done = [&](nc_status_t posted, const std::string& w) {
+    return wait_ok(r, posted, req, w);
+  };
+  allreduce_once(r, NC_I32, NC_SUM, 4099, true, true, comm, members);
+  fill(s, c * n, r.rank, NC_SUM);  // allgatherv below sends up to n elements
+  if (done(nc_allgather(r.ctx, s, o, c, NC_I32, comm, nullptr, &req), what("allgather"))) {
+    check(r, what("allgather"), o, c * n,
+          [&](size_t i) { return static_cast<int32_t>(value(world(i / c), i % c, NC_SUM)); });
+  }
+  // Member k contributes k + 1 elements, packed.
+  std::vector<size_t> counts(n);
+  std::vector<size_t> displs(n);
+  for (size_t k = 0, at = 0; k < n; at += counts[k], ++k) {
+    counts[k] = k + 1;
+    displs[k] = at;
+  }
+  if (done(nc_allgatherv(r.ctx, s, counts[me], o, counts.data(), displs.data(), NC_I32, comm,
+                         nullptr, &req),
+           what("allgatherv"))) {
+    for (size_t k = 0; k < n; ++k) {
+      check(r, what("allgatherv"), o + displs[k], counts[k],
+            [&](size_t i) { return static_cast<int32_t>(value(world(k), i, NC_SUM)); });
+    }
+  }
+  // Block j of member k's send: value(k's world rank, j * 1000 + i).
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t i = 0; i < c; ++i)
+      s[j * c + i] = static_cast<int32_t>(value(r.rank, j * 1000 + i, NC_SUM));
+  }
+  if (done(nc_alltoall(r.ctx, s, o, c, NC_I32, comm, nullptr, &req), what("alltoall"))) {
+    check(r, what("alltoall"), o, c * n, [&](size_t x) {
+      return static_cast<int32_t>(value(world(x / c), me * 1000 + x % c, NC_SUM));
+    });
+  }
+  // alltoallv: c elements to every member, so the same layout with counts and displacements.
+  std::vector<size_t> each(n, c);
+  std::vector<size_t> at(n);
+  for (size_t j = 0; j < n; ++j) at[j] = j * c;
+  if (done(nc_alltoallv(r.ctx, s, each.data(), at.data(), o, each.data(), at.data(), NC_I32, comm,
+                        nullptr, &req),
+           what("alltoallv"))) {
+    check(r, what("alltoallv"), o, c * n, [&](size_t x) {
+      return static_cast<int32_t>(value(world(x / c), me * 1000 + x % c, NC_SUM));
+    });
+  }
+  fill(s, c * n, r.rank, NC_SUM);
+  if (done(nc_reduce_scatter(r.ctx, s, o, c, NC_I32, NC_SUM, comm, nullptr, &req),
+           what("reduce_scatter"))) {
+    check(r, what("reduce_scatter"), o, c,
+          [&](size_t i) { return reduced<int32_t>(0, me * c + i, NC_SUM, members); });
+  }
+  const size_t last = n - 1;
+  fill(s, c, r.rank, NC_SUM);
+  if (done(nc_gather(r.ctx, s, me == last ? o : nullptr, c, NC_I32, static_cast<int>(last), comm,
+                     nullptr, &req),
+           what("gather")) &&
+      me == last) {
+    check(r, what("gather"), o, c * n,
+          [&](size_t i) { return static_cast<int32_t>(value(world(i / c), i % c, NC_SUM)); });
+  }
+  if (me == last) fill(s, c * n, 500, NC_SUM);
+  if (done(nc_scatter(r.ctx, me == last ? s : nullptr, o, c, NC_I32, static_cast<int>(last), comm,
+                      nullptr, &req),
+           what("scatter"))) {
+    check(r, what("scatter"), o, c,
+          [&](size_t i) { return static_cast<int32_t>(value(500, me * c + i, NC_SUM)); });
+  }
+  fill(o, c, me == 0 ? 600 : 1, NC_SUM);
+  if (done(nc_broadcast(r.ctx, o, o, c, NC_I32, 0, comm, nullptr, &req), what("broadcast"))) {
+    check(r, what("broadcast"), o, c,
+          [&](size_t i) { return static_cast<int32_t>(value(600, i, NC_SUM)); });
+  }
+}
+
 // Split (two colors by parity, keys reversing the order, rank 0 opting out), dup,
 // nc_distribution, and collectives on the new communicators, whose node groups span some nodes or
 // all.
@@ -528,7 +620,7 @@ TEST_P(EngineTest, CommSplitAndDup) {
         r.fail(fmt::format("split comm rank {} of {}, expected {} of {}", crank, csize, pos,
                            members.size()));
       }
-      allreduce_once(r, NC_I32, NC_SUM, 4099, true, true, comm, members);
+      collectives_on(r, comm, members, "the split communicator");
       allreduce_once(r, NC_F32, NC_MAX, 7, false, false, comm, members);
       // Broadcast from the sub-communicator's last rank.
       const int root = csize - 1;
@@ -548,6 +640,9 @@ TEST_P(EngineTest, CommSplitAndDup) {
       r.fail(fmt::format("dup: {}", nc_last_error()));
       return;
     }
+    std::vector<int> everyone(static_cast<size_t>(r.size));
+    for (int q = 0; q < r.size; ++q) everyone[static_cast<size_t>(q)] = q;
+    collectives_on(r, dup, everyone, "the duplicated world");
     allreduce_once(r, NC_F64, NC_SUM, 1025, false, true, dup);
     nc_comm_free(r.ctx, &dup);
     // MLSL's distribution: model groups of 2 consecutive ranks (1 on odd sizes), data groups
@@ -565,7 +660,8 @@ TEST_P(EngineTest, CommSplitAndDup) {
       if (q % model_parts == r.rank % model_parts) data_members.push_back(q);
       if (q / model_parts == r.rank / model_parts) model_members.push_back(q);
     }
-    allreduce_once(r, NC_I32, NC_SUM, 1025, true, true, data, data_members);
+    collectives_on(r, data, data_members, "the data group");
+    collectives_on(r, model, model_members, "the model group");
     allreduce_once(r, NC_F32, NC_MAX, 9, false, true, model, model_members);
     nc_comm_free(r.ctx, &data);
     nc_comm_free(r.ctx, &model);
