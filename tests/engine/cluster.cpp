@@ -19,7 +19,7 @@ std::string Layout::name() const {
   std::string text = fmt::format("{}x", ranks.size());
   bool even = true;
   for (uint32_t r : ranks) even = even && r == ranks[0];
-  if (even) return text + std::to_string(ranks[0]);
+  if (even) return text + std::to_string(ranks[0]) + (loopback ? "_loopback" : "");
   for (uint32_t r : ranks) text += std::to_string(r);
   return text;
 }
@@ -89,7 +89,9 @@ Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>
   options.lanes = base.lanes;
   world_ = daemon::make_inmemory_world(options);
   for (uint32_t n = 0; n < nodes; ++n) {
-    transports_.push_back(daemon::make_inmemory_transport(world_, n));
+    transports_.push_back(layout_.loopback && nodes == 1
+                              ? daemon::make_loopback_transport()
+                              : daemon::make_inmemory_transport(world_, n));
     transports_.back()->set_tuning(base.tuning);
   }
   for (uint32_t n = 0; n < nodes; ++n) {

@@ -30,6 +30,9 @@ namespace nodecomm::engine_test {
 // Ranks per node, e.g. {3, 1, 2}; world rank = node offset + local rank.
 struct Layout {
   std::vector<uint32_t> ranks;
+  // One node on the loopback transport (the daemon's own single-node transport) instead of
+  // the in-memory one.
+  bool loopback = false;
   std::string name() const;
   uint32_t world_size() const;
 };

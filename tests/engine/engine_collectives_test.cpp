@@ -712,8 +712,9 @@ TEST_P(EngineTest, CommSplitAndDup) {
   }));
 }
 
-const std::vector<Layout> kLayouts = {Layout{{4}}, Layout{{2, 2}}, Layout{{3, 1, 2}},
-                                      Layout{{1, 1, 1, 1, 1}}};
+// 1x4 on both single-node transports: the loopback and the in-memory one with one node.
+const std::vector<Layout> kLayouts = {Layout{{4}, true}, Layout{{4}}, Layout{{2, 2}},
+                                      Layout{{3, 1, 2}}, Layout{{1, 1, 1, 1, 1}}};
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, EngineTest,
