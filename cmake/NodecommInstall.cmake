@@ -68,6 +68,7 @@ install(SCRIPT ${NODECOMM_PACKAGING_DIR}/NodecommInstallFiles.cmake)
 
 # Documentation and the example configuration.
 install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/OPERATIONS.md
+              ${PROJECT_SOURCE_DIR}/docs/TOOLS.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/nodecommd.conf
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples)

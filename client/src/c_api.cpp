@@ -20,6 +20,8 @@ struct nc_context {
   Context* impl;
 };
 
+// Helpers stay outside the extern "C" block: file-local C++ functions, so that only the nc_*
+// entry points have C language linkage.
 namespace {
 thread_local std::string t_last_error;
 
@@ -38,6 +40,57 @@ bool valid_dtype(nc_dtype_t t) {
 }
 bool valid_redop(nc_redop_t op) {
   return op >= NC_SUM && op <= NC_AVG;
+}
+
+nc_status_t post(nc_context_t* ctx, const char* call, proto::Collective collective,
+                 const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op,
+                 int root, nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req) {
+  if (ctx == nullptr) return not_initialized(call);
+  if (!valid_dtype(dtype) || !valid_redop(op)) {
+    t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype) + " or op " +
+                   std::to_string(op);
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  if (root < 0) {
+    t_last_error = std::string(call) + ": root " + std::to_string(root) + " is negative";
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  const nodecomm::client::CollectiveArgs args{collective,
+                                              send,
+                                              recv,
+                                              count,
+                                              static_cast<proto::DType>(dtype),
+                                              static_cast<proto::RedOp>(op),
+                                              comm,
+                                              static_cast<uint32_t>(root),
+                                              attr};
+  return report(ctx->impl->post(args, req));
+}
+
+nc_status_t post_vector(nc_context_t* ctx, const char* call, proto::Collective collective,
+                        const void* send, void* recv, size_t count, nc_dtype_t dtype,
+                        nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req,
+                        std::initializer_list<const size_t*> arrays) {
+  if (ctx == nullptr) return not_initialized(call);
+  int size = 0;
+  if (nc_status_t s = nc_comm_size(ctx, comm, &size); s != NC_OK) return s;
+  std::vector<uint64_t> aux;
+  for (const size_t* a : arrays) {
+    if (a == nullptr) {
+      t_last_error = std::string(call) + ": a count or displacement array is NULL";
+      return NC_ERR_INVALID_ARGUMENT;
+    }
+    aux.insert(aux.end(), a, a + size);
+  }
+  if (!valid_dtype(dtype)) {
+    t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype);
+    return NC_ERR_INVALID_ARGUMENT;
+  }
+  nodecomm::client::CollectiveArgs args{
+      collective,         send, recv, count, static_cast<proto::DType>(dtype),
+      proto::RedOp::kSum, comm, 0,    attr};
+  args.aux = aux.data();
+  return report(ctx->impl->post(args, req));
 }
 }  // namespace
 
@@ -119,33 +172,6 @@ nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64
   return NC_OK;
 }
 
-namespace {
-nc_status_t post(nc_context_t* ctx, const char* call, proto::Collective collective,
-                 const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op,
-                 int root, nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req) {
-  if (ctx == nullptr) return not_initialized(call);
-  if (!valid_dtype(dtype) || !valid_redop(op)) {
-    t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype) + " or op " +
-                   std::to_string(op);
-    return NC_ERR_INVALID_ARGUMENT;
-  }
-  if (root < 0) {
-    t_last_error = std::string(call) + ": root " + std::to_string(root) + " is negative";
-    return NC_ERR_INVALID_ARGUMENT;
-  }
-  const nodecomm::client::CollectiveArgs args{collective,
-                                              send,
-                                              recv,
-                                              count,
-                                              static_cast<proto::DType>(dtype),
-                                              static_cast<proto::RedOp>(op),
-                                              comm,
-                                              static_cast<uint32_t>(root),
-                                              attr};
-  return report(ctx->impl->post(args, req));
-}
-}  // namespace
-
 nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
                          nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm, const nc_op_attr_t* attr,
                          nc_request_t* req) {
@@ -201,34 +227,6 @@ nc_status_t nc_alltoall(nc_context_t* ctx, const void* send, void* recv, size_t 
   return post(ctx, "nc_alltoall", proto::Collective::kAlltoall, send, recv, count, dtype, NC_SUM, 0,
               comm, attr, req);
 }
-
-namespace {
-nc_status_t post_vector(nc_context_t* ctx, const char* call, proto::Collective collective,
-                        const void* send, void* recv, size_t count, nc_dtype_t dtype,
-                        nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req,
-                        std::initializer_list<const size_t*> arrays) {
-  if (ctx == nullptr) return not_initialized(call);
-  int size = 0;
-  if (nc_status_t s = nc_comm_size(ctx, comm, &size); s != NC_OK) return s;
-  std::vector<uint64_t> aux;
-  for (const size_t* a : arrays) {
-    if (a == nullptr) {
-      t_last_error = std::string(call) + ": a count or displacement array is NULL";
-      return NC_ERR_INVALID_ARGUMENT;
-    }
-    aux.insert(aux.end(), a, a + size);
-  }
-  if (!valid_dtype(dtype)) {
-    t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype);
-    return NC_ERR_INVALID_ARGUMENT;
-  }
-  nodecomm::client::CollectiveArgs args{
-      collective,         send, recv, count, static_cast<proto::DType>(dtype),
-      proto::RedOp::kSum, comm, 0,    attr};
-  args.aux = aux.data();
-  return report(ctx->impl->post(args, req));
-}
-}  // namespace
 
 nc_status_t nc_allgatherv(nc_context_t* ctx, const void* send, size_t send_count, void* recv,
                           const size_t* recv_counts, const size_t* displs, nc_dtype_t dtype,

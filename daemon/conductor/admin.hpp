@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/tuning.hpp"
+#include "conductor/peer_groups.hpp"
 #include "nodecomm/ipc/socket.hpp"
 
 namespace nodecomm::daemon {
@@ -18,9 +19,6 @@ namespace nodecomm::daemon {
 // Settings `nodecommctl set` can change while the daemon runs.
 const std::vector<std::string>& settable_keys();
 
-// The groups of the peer of `fd`: its primary gid (SO_PEERCRED) and its supplementary groups
-// (SO_PEERGROUPS), both as they were at connect.
-std::vector<gid_t> peer_groups(int fd, const ipc::PeerCredentials& cred);
 
 // Root, the daemon's own uid, or a member of `admin_group` (name or gid; peer_groups).
 // On refusal `why` says who was refused and who would be allowed.

@@ -21,7 +21,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "conductor/admin.hpp"
+#include "conductor/peer_groups.hpp"
 #include "config/log.hpp"
 #include "conductor/memory_budget.hpp"
 #include "nodecomm/ipc/clock.hpp"

@@ -23,7 +23,7 @@
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
 #include "config/tuning.hpp"
-#include "engine/op_check.hpp"
+#include "engine/wire_formats.hpp"
 #include "engine/staging.hpp"
 
 namespace nodecomm::daemon {

@@ -25,8 +25,9 @@
 // results are not computed) and nothing else changed. This part runs whatever checks
 // Engine::accept has, with no change here.
 // The count agreement of issue 16, point 2 (alltoallv send_i[j] == recv_j[i];
-// allgatherv counts equal on every node) is enforced by the daemon (daemon/count_agreement.cpp),
-// so a violation is fatal; NODECOMM_FUZZ_COUNT_AGREEMENT=0 makes it a note, to study an input.
+// allgatherv counts equal on every node) is enforced by the daemon
+// (daemon/engine/count_agreement.cpp), so a violation is fatal; NODECOMM_FUZZ_COUNT_AGREEMENT=0
+// makes it a note, to study an input.
 // Before the daemon checked counts, an alltoallv whose counts disagreed was accepted and the
 // receiver got bytes from the staging pool (0xee, its poison, or what an earlier input left).
 //
@@ -206,7 +207,7 @@ daemon::CommLayout layout_of(const Setup& s, uint32_t node) {
 }
 
 // Engine::accept's check of a node's complete operation: describe_disagreement, then the
-// count agreement among the node's members (daemon/count_agreement.hpp), as
+// count agreement among the node's members (daemon/engine/count_agreement.hpp), as
 // Engine::local_counts_disagreement calls it.
 std::string local_agreement(const daemon::Operation& op, const daemon::CommLayout& lay) {
   std::string diff = daemon::describe_disagreement(op, lay);

@@ -1,5 +1,5 @@
-// Count agreement for vector collectives (daemon/count_agreement.hpp) and the staging pool's
-// caps and job separation (daemon/staging.hpp).
+// Count agreement for vector collectives (daemon/engine/count_agreement.hpp) and the staging pool's
+// caps and job separation (daemon/engine/staging.hpp).
 #include "engine/count_agreement.hpp"
 
 #include <gtest/gtest.h>

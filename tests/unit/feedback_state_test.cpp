@@ -1,4 +1,4 @@
-// FeedbackState (daemon/feedback_state.hpp): int8 error-feedback residuals stay within their
+// FeedbackState (daemon/engine/feedback_state.hpp): int8 error-feedback residuals stay within their
 // tensor and byte limits, least recently used first, and go with their communicator.
 #include "engine/feedback_state.hpp"
 

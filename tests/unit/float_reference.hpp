@@ -1,6 +1,6 @@
 // Scalar reference rounding for the f16 / bf16 conversions, shared by the unit tests of
-// daemon/reduce.cpp and daemon/wire_codec.cpp. Deliberately a different algorithm from the
-// kernels: explicit significand shifting with a remainder/halfway comparison.
+// daemon/kernels/reduce.cpp and daemon/kernels/wire_codec.cpp. Deliberately a different
+// algorithm from the kernels: explicit significand shifting with a remainder/halfway comparison.
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Running a check once per SIMD target that a Highway-dispatched kernel file was compiled for and
 // this CPU supports, forced through hwy::SetSupportedTargetsForTest. Shared by the unit tests of
-// daemon/reduce.cpp and daemon/wire_codec.cpp.
+// daemon/kernels/reduce.cpp and daemon/kernels/wire_codec.cpp.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The MPI backend: MPI's own collectives among all ranks of an `mpirun`, as the baseline
 // nodecomm is compared with and the ground truth its results are checked against. This is
-// the only file that includes mpi.h.
+// the only file of the bench that includes mpi.h (the daemon includes it in its network layer).
 // Only the C API: Open MPI's and MPICH's mpi.h otherwise pull in the deprecated C++
 // bindings when compiled as C++, which need libmpi_cxx (MPI::MPI_C does not provide it).
 #define OMPI_SKIP_MPICXX 1
