@@ -1,7 +1,7 @@
 // Every collective through the whole multi-node path (client library, rings, each node's real
 // daemon and engine, the inter-node transport) with every node in this process, over the
 // in-memory transport, on the layouts 1x4, 2x2, 3x(3,1,2) and 5x1. Each result is checked
-// element by element against a reference computed here from the same generator, with odd
+// element by element against the reference of reference.hpp (same generator), with odd
 // counts, in place and out of place, from the arena (zero copy) and from the heap (copied).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -17,121 +17,10 @@
 #include <vector>
 
 #include "cluster.hpp"
+#include "reference.hpp"
 
 namespace nodecomm::engine_test {
 namespace {
-
-// ---- data and reference -------------------------------------------------------------------
-
-// Rank r's element i: small integers, so that every order of summing floats is exact, and
-// integer types wrap alike whatever the order (modular arithmetic).
-int64_t value(int rank, size_t i, nc_redop_t op) {
-  if (op == NC_PROD) return static_cast<int64_t>((static_cast<size_t>(rank) + i) % 3) + 1;
-  return static_cast<int64_t>((i * 7 + static_cast<size_t>(rank) * 13 + 5) % 23) - 11;
-}
-
-template <class T>
-T combine(T a, T b, nc_redop_t op) {
-  switch (op) {
-    case NC_SUM:
-      return static_cast<T>(a + b);
-    case NC_PROD:
-      return static_cast<T>(a * b);
-    case NC_MIN:
-      return std::min(a, b);
-    default:
-      return std::max(a, b);
-  }
-}
-
-// The reduction over ranks [0, size) of element i, computed in T.
-template <class T>
-T reduced(int size, size_t i, nc_redop_t op, const std::vector<int>& ranks = {}) {
-  const auto member = [&](int k) { return ranks.empty() ? k : ranks[static_cast<size_t>(k)]; };
-  const int n = ranks.empty() ? size : static_cast<int>(ranks.size());
-  T acc = static_cast<T>(value(member(0), i, op));
-  for (int k = 1; k < n; ++k) acc = combine(acc, static_cast<T>(value(member(k), i, op)), op);
-  return acc;
-}
-
-template <class F>
-void with_dtype(nc_dtype_t dtype, F&& f) {
-  switch (dtype) {
-    case NC_F32:
-      return f(float{});
-    case NC_F64:
-      return f(double{});
-    case NC_I32:
-      return f(int32_t{});
-    case NC_I64:
-      return f(int64_t{});
-    case NC_I8:
-      return f(int8_t{});
-    default:
-      return f(uint8_t{});
-  }
-}
-
-// A buffer in the arena (the zero-copy path) or on the heap (copied through the arena).
-class Buf {
- public:
-  Buf(nc_context_t* ctx, size_t bytes, bool arena) : ctx_(ctx), arena_(arena) {
-    if (arena && bytes > 0) {
-      void* p = nullptr;
-      if (nc_alloc(ctx, bytes, &p) != NC_OK) {
-        throw std::runtime_error(fmt::format("nc_alloc {}: {}", bytes, nc_last_error()));
-      }
-      data_ = static_cast<uint8_t*>(p);
-    } else {
-      heap_.resize(std::max<size_t>(bytes, 1));
-      data_ = heap_.data();
-    }
-  }
-  ~Buf() {
-    if (arena_ && data_ != nullptr && heap_.empty()) nc_free(ctx_, data_);
-  }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  template <class T>
-  T* as() const {
-    return reinterpret_cast<T*>(data_);
-  }
-
- private:
-  nc_context_t* ctx_;
-  bool arena_;
-  uint8_t* data_ = nullptr;
-  std::vector<uint8_t> heap_;
-};
-
-template <class T>
-void fill(T* data, size_t count, int rank, nc_redop_t op, size_t first = 0) {
-  for (size_t i = 0; i < count; ++i) data[i] = static_cast<T>(value(rank, first + i, op));
-}
-
-// Compares `count` elements with expect(i); records the first few mismatches.
-template <class T, class Expect>
-bool check(Rank& r, const std::string& what, const T* got, size_t count, Expect&& expect) {
-  int wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const T want = expect(i);
-    if (got[i] != want) {
-      if (wrong++ < 3) {
-        r.fail(fmt::format("{}: element {} is {}, expected {}", what, i,
-                           static_cast<double>(got[i]), static_cast<double>(want)));
-      }
-    }
-  }
-  if (wrong > 3) r.fail(fmt::format("{}: {} wrong elements in all", what, wrong));
-  return wrong == 0;
-}
-
-std::string dt(nc_dtype_t d) {
-  return nc_dtype_name(d);
-}
-std::string op_name(nc_redop_t op) {
-  return nc_redop_name(op);
-}
 
 // ---- the fixture --------------------------------------------------------------------------
 
@@ -149,40 +38,6 @@ class EngineTest : public ::testing::TestWithParam<Param> {
     if (failures.size() > 20) ADD_FAILURE() << failures.size() << " failures in all";
   }
 };
-
-struct Sample {
-  nc_dtype_t dtype;
-  nc_redop_t op;
-};
-const std::vector<Sample> kAllreduceSamples = {
-    {NC_F32, NC_SUM},  {NC_F32, NC_PROD}, {NC_F32, NC_MIN}, {NC_F32, NC_MAX}, {NC_F64, NC_SUM},
-    {NC_F64, NC_PROD}, {NC_I32, NC_SUM},  {NC_I32, NC_MAX}, {NC_I64, NC_SUM}, {NC_I64, NC_MIN},
-    {NC_I8, NC_SUM},   {NC_I8, NC_PROD},  {NC_U8, NC_SUM},  {NC_U8, NC_MIN}};
-
-// One allreduce of `count` elements, in place or not, from the arena or the heap.
-void allreduce_once(Rank& r, nc_dtype_t dtype, nc_redop_t op, size_t count, bool in_place,
-                    bool arena, nc_comm_t comm = NC_COMM_WORLD,
-                    const std::vector<int>& members = {}, int size = 0) {
-  with_dtype(dtype, [&]<class T>(T) {
-    const std::string what =
-        fmt::format("allreduce {} {} count {} {} {}", dt(dtype), op_name(op), count,
-                    in_place ? "in place" : "out of place", arena ? "arena" : "heap");
-    Buf send(r.ctx, count * sizeof(T), arena);
-    Buf recv(r.ctx, count * sizeof(T), arena);
-    fill(send.as<T>(), count, r.rank, op);
-    T* out = in_place ? send.as<T>() : recv.as<T>();
-    nc_request_t req = 0;
-    const nc_status_t s =
-        nc_allreduce(r.ctx, send.as<T>(), out, count, dtype, op, comm, nullptr, &req);
-    if (!wait_ok(r, s, req, what)) return;
-    check(r, what, out, count,
-          [&](size_t i) { return reduced<T>(size > 0 ? size : r.size, i, op, members); });
-    if (!in_place) {
-      check(r, what + " (send untouched)", send.as<T>(), count,
-            [&](size_t i) { return static_cast<T>(value(r.rank, i, op)); });
-    }
-  });
-}
 
 TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
   Cluster cluster(layout(), config(), max_count(std::get<1>(GetParam())));
@@ -729,123 +584,6 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Ordering::kNegotiated, Ordering::kChunked,
                                          Ordering::kSequence, Ordering::kSmallCalls)),
     param_name);
-
-// Each inter-node allreduce algorithm forced for every size, on the uneven layout: the ring
-// with small slices over several lanes, recursive doubling on 3 nodes, and the native
-// allreduce (MPI_Iallreduce's place).
-class AlgorithmTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(AlgorithmTest, AllreduceEveryDtypeOnUnevenLayout) {
-  const std::string algo = GetParam();
-  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
-    c.tuning.allreduce = daemon::parse_algorithm(algo);
-    if (algo == "ring") {
-      c.tuning.chunk_bytes = 4096;
-      c.tuning.pipeline_depth = 3;
-      c.tuning.endpoints = 3;
-    }
-  });
-  std::vector<std::string> failures = cluster.run([](Rank& r) {
-    for (const Sample& s : kAllreduceSamples) {
-      for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{4099}, size_t{65539}}) {
-        if (count == 65539 && s.dtype != NC_F32) continue;
-        allreduce_once(r, s.dtype, s.op, count, count % 2 == 1, count != 2);
-      }
-    }
-  });
-  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
-}
-
-INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
-                         });
-
-// The scheduler under each priority policy with fusion on and off, on the uneven layout with
-// small scheduling chunks and a small fusion threshold: batches of mixed allreduces (dtypes,
-// ops, sizes from 1 element to several chunks, in place or not, random priorities) posted
-// without waiting, so that the daemons reorder, chunk and fuse them alike; every element
-// checked (schedule_check's case).
-using SchedParam = std::tuple<proto::PriorityPolicy, bool>;
-class SchedulerTest : public ::testing::TestWithParam<SchedParam> {};
-
-TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
-  const auto [policy, fusion] = GetParam();
-  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
-    c.sched.policy = policy;
-    c.sched.fusion = fusion;
-    c.sched.chunk_bytes = 16 * 1024;
-    c.sched.fusion_threshold_bytes = 4 * 1024;
-  });
-  std::vector<std::string> failures = cluster.run([](Rank& r) {
-    constexpr int kBatches = 3;
-    constexpr int kPerBatch = 30;
-    const nc_dtype_t dtypes[] = {NC_F32, NC_F64, NC_I32, NC_I64};
-    const nc_redop_t ops[] = {NC_SUM, NC_MIN, NC_MAX};
-    const size_t counts[] = {1, 7, 100, 1000, 4099, 20000};
-    for (int batch = 0; batch < kBatches; ++batch) {
-      // The same plan on every rank: one seed per batch.
-      std::mt19937 rng(static_cast<uint32_t>(batch) * 7919U + 1U);
-      struct Planned {
-        nc_dtype_t dtype;
-        nc_redop_t op;
-        size_t count;
-        bool in_place;
-        std::unique_ptr<Buf> send;
-        std::unique_ptr<Buf> recv;
-      };
-      std::vector<Planned> plan;
-      std::vector<nc_request_t> reqs;
-      for (int k = 0; k < kPerBatch; ++k) {
-        Planned p{dtypes[rng() % 4], ops[rng() % 3], counts[rng() % 6], rng() % 2 == 0, {}, {}};
-        const int priority = static_cast<int>(rng() % 10);
-        const size_t bytes = p.count * nc_dtype_size(p.dtype);
-        p.send = std::make_unique<Buf>(r.ctx, bytes, true);
-        p.recv = std::make_unique<Buf>(r.ctx, bytes, true);
-        const int seed = r.rank + k * 7 + batch * 1000;
-        with_dtype(p.dtype, [&]<class T>(T) { fill(p.send->as<T>(), p.count, seed, p.op); });
-        void* out = p.in_place ? p.send->as<void>() : p.recv->as<void>();
-        const nc_op_attr_t attr{priority, nullptr, NC_COMPRESS_NONE};
-        nc_request_t req = 0;
-        if (nc_allreduce(r.ctx, p.send->as<void>(), out, p.count, p.dtype, p.op, NC_COMM_WORLD,
-                         &attr, &req) != NC_OK) {
-          r.fail(fmt::format("batch {} op {}: posting: {}", batch, k, nc_last_error()));
-          return;
-        }
-        reqs.push_back(req);
-        plan.push_back(std::move(p));
-      }
-      if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
-        r.fail(fmt::format("batch {}: wait_all: {}", batch, nc_last_error()));
-        return;
-      }
-      for (int k = 0; k < kPerBatch; ++k) {
-        const Planned& p = plan[static_cast<size_t>(k)];
-        std::vector<int> seeds;
-        for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
-        with_dtype(p.dtype, [&]<class T>(T) {
-          const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
-          check(r,
-                fmt::format("batch {} op {}: allreduce {} {} count {}", batch, k, dt(p.dtype),
-                            op_name(p.op), p.count),
-                got, p.count, [&](size_t i) { return reduced<T>(r.size, i, p.op, seeds); });
-        });
-      }
-    }
-  });
-  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
-}
-
-INSTANTIATE_TEST_SUITE_P(Policies, SchedulerTest,
-                         ::testing::Combine(::testing::Values(proto::PriorityPolicy::kNone,
-                                                              proto::PriorityPolicy::kDirect,
-                                                              proto::PriorityPolicy::kLifo),
-                                            ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<SchedParam>& info) {
-                           return std::string(
-                                      proto::priority_policy_name(std::get<0>(info.param))) +
-                                  (std::get<1>(info.param) ? "_fusion_on" : "_fusion_off");
-                         });
 
 }  // namespace
 }  // namespace nodecomm::engine_test
