@@ -8,24 +8,23 @@
 #include <functional>
 #include <vector>
 
-#include "session/client_session.hpp"
+#include "config/log.hpp"
 #include "engine/collectives.hpp"
 #include "engine/comm_split.hpp"
 #include "engine/count_agreement.hpp"
 #include "engine/observer.hpp"
-#include "config/log.hpp"
+#include "engine/op_check.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
-#include "engine/op_check.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::daemon {
 
 using proto::Status;
 
 namespace {
-constexpr size_t kDrainBatch = 64;           // submissions taken from one client per pass
-constexpr size_t kMaxInterNodePerComm = 16;  // operations in the network at once per comm
+constexpr size_t kDrainBatch = 64;  // submissions taken from one client per pass
 
 std::string who(const Job& job, const ClientSession& member) {
   return fmt::format("rank {} (node {}, local rank {}, pid {})", member.world_rank, job.node_index,
@@ -239,118 +238,7 @@ size_t Engine::progress(Job& job, Communicator& comm) {
     const SchedulerTuning tuning = with_job_overrides(sched_, job.requested);
     if (tuning.negotiated()) return progress_negotiated(job, comm, tuning);
   }
-  size_t work = 0;
-  size_t in_network = 0;
-  // Once one operation cannot start, later ones may still check their summaries but must
-  // not overtake it on the network.
-  bool held = false;
-  auto& ops = comm.ops();
-  for (auto it = ops.begin(); it != ops.end();) {
-    Operation& op = it->second;
-    if (op.phase == Operation::Phase::kGathering) {
-      if (!comm.poisoned()) break;  // later operations must not overtake it on the network
-      complete(job, comm, op, comm.poison_status(),
-               fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                           comm.poison_reason()));
-    }
-    try {
-      if (op.phase == Operation::Phase::kReady && (op.check != 0 || !comm.poisoned())) {
-        work += cross_check(job, comm, op);
-      }
-      if (op.phase == Operation::Phase::kReady) {
-        if (comm.poisoned()) {
-          if (op.check == 0) {
-            complete(job, comm, op, comm.poison_status(),
-                     fmt::format("{} seq {} not run: {}", describe_submission(op.first()), op.seq,
-                                 comm.poison_reason()));
-          }
-        } else if (!held && op.cross_checked && in_network < kMaxInterNodePerComm) {
-          start(job, comm, op);
-          ++work;
-        } else {
-          held = true;
-        }
-      }
-      if (op.phase == Operation::Phase::kInterNode) {
-        if (transport_.test(op.handle)) {
-          --inter_node_ops_;
-          finish(job, comm, op);
-          ++work;
-        } else {
-          ++in_network;
-        }
-      }
-    } catch (const StagingExhausted& e) {
-      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
-      fail_no_memory(job, comm, op, e.what());
-    } catch (const TransportError& e) {
-      if (op.phase == Operation::Phase::kInterNode) --inter_node_ops_;
-      fail_between_nodes(job, comm, op, e.what());
-    }
-    // Nothing overtakes a split or free: the communicators it makes or drops must exist
-    // identically on every daemon before anything else runs on them.
-    const bool fence = is_comm_management(op) && op.phase != Operation::Phase::kDone;
-    if (op.phase == Operation::Phase::kDone) {
-      it = ops.erase(it);
-    } else {
-      ++it;
-    }
-    if (fence) break;
-  }
-  return work;
-}
-
-size_t Engine::cross_check(Job& job, Communicator& comm, Operation& op) {
-  const CommLayout& lay = comm.layout();
-  if (op.cross_checked) return 0;
-  if (lay.node_count == 1) {
-    op.cross_checked = true;
-    return 0;
-  }
-  if (op.check == 0) {
-    op.check_records.assign(lay.node_count, OpSummary{});
-    op.check_records[lay.node_index] = summarize(op, lay);
-    op.check = transport_.start_exchange(lay.node_comm, op.check_records.data(), sizeof(OpSummary));
-    ++inter_node_ops_;
-  }
-  bool done = false;
-  try {
-    done = transport_.test(op.check);
-  } catch (const TransportError& e) {
-    --inter_node_ops_;
-    op.check = 0;
-    comm.poison(Status::kPeerLost, fmt::format("{} seq {} failed between nodes: {}",
-                                               describe_submission(op.first()), op.seq, e.what()));
-    return 1;
-  }
-  if (!done) return 0;
-  --inter_node_ops_;
-  op.check = 0;
-  const std::vector<std::optional<OpSummary>> by_node(op.check_records.begin(),
-                                                      op.check_records.end());
-  const std::string disagreement = cross_node_disagreement(comm.id(), op.seq, by_node, lay, &op);
-  if (disagreement.empty()) {
-    op.cross_checked = true;
-    // A node that cannot stage it: it fails everywhere alike, and nothing else does.
-    if (const std::string refused = cross_node_refusal(comm.id(), op.seq, by_node, lay);
-        !refused.empty()) {
-      complete(job, comm, op, Status::kNoMemory,
-               op.staging_refused.empty() ? refused : op.staging_refused);
-    }
-  } else {
-    comm.poison(Status::kMismatch, disagreement);
-  }
-  op.check_records.clear();
-  return 1;
-}
-
-void Engine::abandon_check(Operation& op) {
-  if (op.check == 0) return;
-  --inter_node_ops_;
-  op.check = 0;
-  // Moving the vector keeps its heap buffer, the one the transport was given.
-  abandoned_checks_.push_back(std::move(op.check_records));
-  op.check_records.clear();
+  return progress_in_sequence(job, comm);
 }
 
 void Engine::start(Job& job, Communicator& comm, Operation& op) {
@@ -372,7 +260,7 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
     op.split_step = exchange ? 1 : 2;
     op.handle = exchange ? split_start_network(ctx, op) : split_start_groups(ctx, op);
     op.phase = Operation::Phase::kInterNode;
-    ++inter_node_ops_;
+    op.on_network = in_flight_.acquire();
     return;
   }
   if (stage_in(ctx, op)) {
@@ -385,7 +273,7 @@ void Engine::start(Job& job, Communicator& comm, Operation& op) {
   }
   op.handle = start_network(ctx, op);
   op.phase = Operation::Phase::kInterNode;
-  ++inter_node_ops_;
+  op.on_network = in_flight_.acquire();
 }
 
 void Engine::finish(Job& job, Communicator& comm, Operation& op) {
@@ -394,8 +282,7 @@ void Engine::finish(Job& job, Communicator& comm, Operation& op) {
     if (op.split_step == 1) {
       op.split_step = 2;
       op.handle = split_start_groups(ctx, op);
-      ++inter_node_ops_;  // still in the network
-      return;
+      return;  // still on the network: op keeps its on_network token
     }
     split_finish(ctx, op, op.handle);
   } else {
@@ -454,6 +341,8 @@ void Engine::complete(Job& job, Communicator& comm, Operation& op, Status status
     NC_LOG(kWarn, "job {}: {} seq {} on comm {} failed: {}", job.name,
            describe_submission(op.first()), op.seq, comm.id(), message);
   }
+  // Done: whatever of it was on the network no longer keeps the engine polling.
+  op.on_network.release();
   op.phase = Operation::Phase::kDone;
 }
 
@@ -492,25 +381,12 @@ void Engine::node_lost(Job& job, const std::string& text) {
     comm->poison(Status::kPeerLost, text);
     // Transfers with the lost node never finish. Their buffers stay with the engine, because
     // the transport may still write into them, and their members get the error now.
-    CommSchedule& sched = comm->schedule;
-    if (sched.round != 0) {
-      --inter_node_ops_;
-      sched.round = 0;
-      abandoned_records_.push_back(std::move(sched.round_records));
-    }
-    inter_node_ops_ -= std::min(inter_node_ops_, sched.units.size());
-    for (ScheduledUnit& unit : sched.units) abandoned_units_.push_back(std::move(unit));
-    sched.units.clear();
-    sched.bytes_in_flight = 0;
+    abandon_schedule(comm->schedule);
     auto& ops = comm->ops();
     for (auto it = ops.begin(); it != ops.end();) {
       Operation& op = it->second;
       const bool on_network = op.phase == Operation::Phase::kInterNode || op.check != 0;
-      // The sequence-order path counts each operation on the network (the scheduler counts
-      // its units, above).
-      const size_t counted =
-          (op.phase == Operation::Phase::kInterNode && op.handle != 0 ? 1 : 0) + (op.check != 0);
-      inter_node_ops_ -= std::min(inter_node_ops_, counted);
+      // Completing it gives up its on_network token.
       if (op.phase != Operation::Phase::kDone) {
         complete(job, *comm, op, Status::kPeerLost,
                  fmt::format("{} seq {} cannot complete: {}", describe_submission(op.first()),

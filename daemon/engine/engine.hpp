@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/tuning.hpp"
+#include "engine/in_flight.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
@@ -19,7 +20,6 @@ namespace nodecomm::daemon {
 
 class ClientSession;
 class EngineObserver;
-
 
 class Engine {
  public:
@@ -34,7 +34,8 @@ class Engine {
   const EngineLimits& limits() const { return limits_; }
   // This daemon's inter-node algorithm settings. Node 0's are sent with every scheduling
   // round and every daemon applies them to its transport before starting the round's units,
-  // so a runtime change (nodecommctl set chunk-size) reaches all nodes at the same point.
+  // so a runtime change (nodecommctl set chunk-size) reaches all nodes at the same point. A
+  // job in sequence order has no rounds: it keeps the settings it started with until it ends.
   void set_algorithm_tuning(const AlgorithmTuning& tuning) { algorithm_ = tuning; }
   const AlgorithmTuning& algorithm_tuning() const { return algorithm_; }
   // Who is told what the engine does (the counters segment); null: nobody.
@@ -61,14 +62,21 @@ class Engine {
     std::string text;
   };
   std::vector<FailureNotice> take_notices() { return std::exchange(notices_, {}); }
-  // A client broke the ring protocol; it is told why and the caller drops it.
-  bool has_inter_node_work() const { return inter_node_ops_ > 0; }
+  // Transfers, summary exchanges or scheduling rounds still on the network: the daemon keeps
+  // polling the job while there are any, even once its members are gone.
+  bool has_inter_node_work() const { return in_flight_.value() > 0; }
 
  private:
   size_t drain(Job& job, ClientSession& member);
   void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
   size_t progress(Job& job, Communicator& comm);
-  // The negotiated scheduler (engine_schedule.cpp).
+  // Ordering: every daemon must start a communicator's inter-node work in the same order.
+  // One of two policies per pass, from the job's tuning (SchedulerTuning::negotiated): the
+  // negotiated scheduler (rounds: priorities, fusion, chunking; engine_schedule.cpp), or
+  // sequence order (each operation's summary exchanged and compared, then started in order;
+  // progress_in_sequence). Both compare summaries with op_check.hpp before data moves, and
+  // both hold an InFlightToken for everything they put on the network.
+  size_t progress_in_sequence(Job& job, Communicator& comm);
   size_t progress_negotiated(Job& job, Communicator& comm, const SchedulerTuning& tuning);
   size_t poll_units(Job& job, Communicator& comm);
   void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
@@ -77,6 +85,9 @@ class Engine {
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
                  proto::Status status = proto::Status::kPeerLost);
+  // A node is gone: the round and units on the network are given up (their records and
+  // buffers kept, the transport may still write into them) and no longer count as work.
+  void abandon_schedule(CommSchedule& sched);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
   // Stall reports and operation timeouts, at most once a second.
   void check_stalls(Job& job, uint64_t now);
@@ -85,8 +96,9 @@ class Engine {
   // Poisons every communicator `affected` picks and fails what has not reached the network.
   void fail_all(Job& job, proto::Status status, const std::string& reason,
                 const std::function<bool(const Communicator&, uint32_t)>& affected);
-  // Sequence-order path: every node's summary of `op` is exchanged and compared before its
-  // transfer starts (op_check.hpp); a disagreement poisons the communicator everywhere.
+  // Sequence order (engine_sequence.cpp): every node's summary of `op` is exchanged and
+  // compared before its transfer starts (op_check.hpp); a disagreement poisons the
+  // communicator everywhere.
   size_t cross_check(Job& job, Communicator& comm, Operation& op);
   // Gives up op's summary exchange on a failed communicator: another node may never join it
   // (its ranks failed first). The records stay with the engine, as the transport may still
@@ -115,7 +127,9 @@ class Engine {
   SchedulerTuning sched_;
   AlgorithmTuning algorithm_;
   EngineObserver* observer_ = nullptr;
-  size_t inter_node_ops_ = 0;
+  // Every transfer, summary exchange and round on the network holds one token of this
+  // (in_flight.hpp), moved along with the work and dropped with it.
+  InFlightCounter in_flight_;
   std::vector<FailureNotice> notices_;
   // What was on the network with a lost node: kept, never reused, since the transport may
   // still write into it.

@@ -9,22 +9,19 @@
 #include <map>
 #include <tuple>
 
-#include "engine/collectives.hpp"
-#include "engine/observer.hpp"
-#include "engine/wire_formats.hpp"
-#include "engine/engine.hpp"
 #include "config/log.hpp"
-#include "nodecomm/ipc/clock.hpp"
+#include "engine/collectives.hpp"
+#include "engine/engine.hpp"
+#include "engine/observer.hpp"
 #include "engine/op_check.hpp"
+#include "engine/wire_formats.hpp"
+#include "nodecomm/ipc/clock.hpp"
 
 namespace nodecomm::daemon {
 
 using proto::Status;
 
 namespace {
-
-
-
 
 // Every node has announced what its ranks posted for `seq` (apply_round has compared them).
 // A split or free starts only then: it takes no ready bit and moves no data through the
@@ -72,14 +69,14 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   if (sched.round != 0) {
     try {
       if (transport_.test(sched.round)) {
-        --inter_node_ops_;
         sched.round = 0;
+        sched.round_on_network.release();
         apply_round(job, comm);
         ++work;
       }
     } catch (const TransportError& e) {
-      --inter_node_ops_;
       sched.round = 0;
+      sched.round_on_network.release();
       comm.poison(
           Status::kPeerLost,
           fmt::format("scheduling round on comm {} failed between nodes: {}", comm.id(), e.what()));
@@ -107,12 +104,10 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
     if (is_comm_management(op) && op.phase == Operation::Phase::kInterNode) {
       try {
         if (transport_.test(op.handle)) {
-          --inter_node_ops_;
           finish(job, comm, op);
           ++work;
         }
       } catch (const TransportError& e) {
-        --inter_node_ops_;
         fail_between_nodes(job, comm, op, e.what());
       }
     }
@@ -132,7 +127,7 @@ size_t Engine::progress_negotiated(Job& job, Communicator& comm, const Scheduler
   }
   // A new round once at least one chunk fits in the window.
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight + sched.chunk(tuning) <=
+      sched.bytes_in_flight.value() + sched.chunk(tuning) <=
           std::max(sched.window(tuning), sched.chunk(tuning))) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
@@ -171,7 +166,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
   mine.chunk_bytes = sched.chunk(tuning);
   const size_t window = sched.window(tuning);
-  mine.room = window - std::min(window, sched.bytes_in_flight);
+  mine.room = window - std::min(window, sched.bytes_in_flight.value());
   mine.algorithm = agreed_algorithm(algorithm_);
   if (observer_ != nullptr) observer_->round_started();
   auto& ops = comm.ops();
@@ -204,7 +199,7 @@ void Engine::start_round(Job& job, Communicator& comm, const SchedulerTuning& tu
       transport_.start_exchange(lay.node_comm, sched.round_records.data(), sizeof(RoundRecord));
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
-  ++inter_node_ops_;
+  sched.round_on_network = in_flight_.acquire();
 }
 
 void Engine::apply_round(Job& job, Communicator& comm) {
@@ -393,7 +388,7 @@ void Engine::apply_round(Job& job, Communicator& comm) {
            "comm {} round {}: floor {}, {} ready everywhere, {} units for {} operations, "
            "room {} bytes, {} bytes in flight",
            comm.id(), sched.rounds, sched.floor, eligible.size(), plan.size(), planned_ops, room,
-           sched.bytes_in_flight);
+           sched.bytes_in_flight.value());
   }
   for (ScheduledUnit& unit : plan) {
     if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
@@ -446,8 +441,8 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
         }
         start(job, comm, op);  // stage_in + start_network, as without scheduling
         if (op.phase != Operation::Phase::kInterNode) return;  // finished at once
-        --inter_node_ops_;                                     // counted per unit below instead
         unit.handle = op.handle;
+        unit.on_network = std::move(op.on_network);  // the unit carries its transfer now
         break;
       }
     }
@@ -462,8 +457,8 @@ void Engine::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {
     fail_unit(job, comm, unit, e.what());
     return;
   }
-  sched.bytes_in_flight += unit.bytes;
-  ++inter_node_ops_;
+  unit.bytes_token = sched.bytes_in_flight.acquire(unit.bytes);
+  if (!unit.on_network.held()) unit.on_network = in_flight_.acquire();
   for (const uint64_t seq : unit.seqs) ++comm.ops().at(seq).units_in_flight;
   if (observer_ != nullptr) observer_->unit_started(comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
@@ -478,10 +473,8 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
     try {
       finished = transport_.test(unit.handle);
     } catch (const TransportError& e) {
-      --inter_node_ops_;
-      sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
       fail_unit(job, comm, unit, e.what());
-      it = sched.units.erase(it);
+      it = sched.units.erase(it);  // its tokens go with it
       ++work;
       continue;
     }
@@ -489,11 +482,9 @@ size_t Engine::poll_units(Job& job, Communicator& comm) {
       ++it;
       continue;
     }
-    --inter_node_ops_;
-    sched.bytes_in_flight -= std::min(sched.bytes_in_flight, unit.bytes);
     sched.record_completion(unit.bytes, ipc::monotonic_ns());
     unit_done(job, comm, unit);
-    it = sched.units.erase(it);
+    it = sched.units.erase(it);  // its tokens go with it
     ++work;
   }
   return work;
@@ -538,6 +529,20 @@ void Engine::fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const 
     if (op.phase != Operation::Phase::kDone) complete(job, comm, op, status, text);
   }
   if (!text.empty()) comm.poison(status, text);
+}
+
+void Engine::abandon_schedule(CommSchedule& sched) {
+  if (sched.round != 0) {
+    sched.round = 0;
+    sched.round_on_network.release();
+    abandoned_records_.push_back(std::move(sched.round_records));
+  }
+  for (ScheduledUnit& unit : sched.units) {
+    unit.on_network.release();  // kept for its buffers only: nothing waits for it
+    unit.bytes_token.release();
+    abandoned_units_.push_back(std::move(unit));
+  }
+  sched.units.clear();
 }
 
 }  // namespace nodecomm::daemon

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "engine/feedback_state.hpp"
-#include "nodecomm/proto/abi.hpp"
+#include "engine/in_flight.hpp"
 #include "engine/schedule.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
+#include "nodecomm/proto/abi.hpp"
 
 namespace nodecomm::daemon {
 
@@ -38,6 +39,10 @@ struct Operation {
   uint64_t first_arrival_ns = 0;
   uint64_t last_arrival_ns = 0;
   TransportHandle handle = 0;
+  // Held while its summary exchange (`check`) or its own transfer (`handle`) is on the network,
+  // so the engine keeps polling (Engine::has_inter_node_work). The negotiated scheduler moves it
+  // into the unit that carries the operation.
+  InFlightToken on_network;
   StagingPool::Buffer staging;
   StagingPool::Buffer staging2;  // a second buffer for collectives that repack (alltoall)
   // comm_split: what each member gets back (new communicator, its rank and size there).

@@ -20,17 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "config/tuning.hpp"
+#include "engine/in_flight.hpp"
+#include "engine/staging.hpp"
+#include "engine/wire_formats.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
-#include "config/tuning.hpp"
-#include "engine/wire_formats.hpp"
-#include "engine/staging.hpp"
 
 namespace nodecomm::daemon {
 
 using TransportHandle = uint64_t;
-
-
 
 // One transfer the daemons agreed on: a range of one allreduce, several small allreduces
 // fused into one buffer, an int8 allreduce, a whole other collective, or a round.
@@ -45,6 +44,8 @@ struct ScheduledUnit {
   size_t bytes = 0;             // on the network, for the window
   StagingPool::Buffer buffer;   // kFused: the packed operations; kInt8: every node's blocks
   StagingPool::Buffer scratch;  // the algorithm's scratch
+  InFlightToken on_network;     // one transfer in the engine's in-flight work, while started
+  InFlightToken bytes_token;    // `bytes` in CommSchedule::bytes_in_flight, while started
 };
 
 // The adaptive window's bounds and the chunk's.
@@ -58,8 +59,10 @@ struct CommSchedule {
   uint64_t floor = 1;
   std::set<uint64_t> scheduled_ahead;
   std::deque<ScheduledUnit> units;  // started, in agreed order
-  size_t bytes_in_flight = 0;
-  TransportHandle round = 0;  // 0: no round in flight
+  // Bytes of started units: each unit's bytes_token counts its own, for as long as it lives.
+  InFlightCounter bytes_in_flight;
+  TransportHandle round = 0;       // 0: no round in flight
+  InFlightToken round_on_network;  // held while `round` is
   std::vector<uint8_t> round_records;
   uint64_t last_round_ns = 0;
   uint64_t rounds = 0;

@@ -376,7 +376,7 @@ void CountersPublisher::snapshot(uint64_t now_ns, Job* job, const ClientMap& cli
   if (job != nullptr) {
     for (auto& [id, comm] : job->comms) {
       units += comm->schedule.units.size();
-      unit_bytes += comm->schedule.bytes_in_flight;
+      unit_bytes += comm->schedule.bytes_in_flight.value();
     }
   }
   counter_store(t.units_in_flight, units);
