@@ -22,7 +22,8 @@ CI_TESTS='^(allreduce_2x2|allreduce_3x312_(ring|rd)|schedule_3x312_(direct_fusio
 CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_api_tests allreduce_check
             collectives_check comm_check cpp_api_check schedule_check error_paths
             hostile_client hostile_segments hostile_control hostile_counts nodecomm-bench nodecommctl
-            ctl_counters_test fuzz_decoder_replay fuzz_session_replay fuzz_crossrank_replay)
+            ctl_counters_test fuzz_decoder_replay fuzz_session_replay fuzz_crossrank_replay
+            nodecomm_utility_tests)
 
 # CI compiles Highway's kernels for AVX2 and the baseline only (HWY_DISABLED_TARGETS: SSSE3,
 # SSE4, AVX3 and AVX3_DL, 2^12 + 2^11 + 2^8 + 2^7), which halves those files' sanitized build;

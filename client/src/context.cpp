@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <thread>
 
+#include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
@@ -45,24 +48,12 @@ bool parse_u32(const char* text, uint32_t& out) {
   return true;
 }
 
-bool parse_size(const char* text, uint64_t& out) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  if (errno != 0 || end == text) return false;
-  uint64_t scale = 1;
-  const std::string suffix(end);
-  if (suffix == "K" || suffix == "k") {
-    scale = 1ULL << 10;
-  } else if (suffix == "M" || suffix == "m") {
-    scale = 1ULL << 20;
-  } else if (suffix == "G" || suffix == "g") {
-    scale = 1ULL << 30;
-  } else if (!suffix.empty()) {
-    return false;
-  }
-  out = v * scale;
-  return true;
+// A size in the one grammar of ipc/byte_size.hpp ("64M", "64MiB", "4096"); `why` says what is
+// wrong otherwise, overflow included.
+bool parse_size(const char* text, uint64_t& out, std::string& why) {
+  const std::optional<uint64_t> v = ipc::parse_byte_size(text, why);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 // The job's scheduling overrides, sent to the daemon with the hello.
@@ -90,15 +81,19 @@ Result resolve_tuning(proto::JobTuning& t) {
     }
   }
   uint64_t value = 0;
+  std::string why;
   if (const char* v = env("NODECOMM_FUSION_THRESHOLD")) {
-    if (!parse_size(v, value) || value > (uint64_t{1} << 40)) {
+    if (!parse_size(v, value, why) || value > (uint64_t{1} << 40)) {
       return fail(NC_ERR_INVALID_ARGUMENT,
-                  fmt::format("NODECOMM_FUSION_THRESHOLD '{}' is not a size like 64M", v));
+                  fmt::format("NODECOMM_FUSION_THRESHOLD '{}' is not a size like 64M from 0 to "
+                              "1024G{}{}",
+                              v, why.empty() ? "" : ": ", why));
     }
     t.fusion_threshold_bytes = static_cast<int64_t>(value);
   }
   if (const char* v = env("NODECOMM_FUSION_CYCLE_US")) {
-    if (!parse_size(v, value) || value > 10'000'000) {
+    // Microseconds, read with the size grammar as they always were (so "1K" is 1024 us).
+    if (!parse_size(v, value, why) || value > 10'000'000) {
       return fail(NC_ERR_INVALID_ARGUMENT,
                   fmt::format("NODECOMM_FUSION_CYCLE_US '{}' is not 0..10000000", v));
     }
@@ -153,10 +148,11 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
   }
   if (o.arena_bytes > 0) {
     s.arena_bytes = o.arena_bytes;
-  } else if (const char* v = env("NODECOMM_ARENA_BYTES");
-             v != nullptr && !parse_size(v, s.arena_bytes)) {
-    return fail(NC_ERR_INVALID_ARGUMENT,
-                fmt::format("NODECOMM_ARENA_BYTES '{}' is not a size like 64M", v));
+  } else if (std::string why; const char* v = env("NODECOMM_ARENA_BYTES")) {
+    if (!parse_size(v, s.arena_bytes, why)) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_ARENA_BYTES '{}' is not a size like 64M: {}", v, why));
+    }
   }
   if (o.timeout_sec > 0) {
     s.timeout_sec = o.timeout_sec;

@@ -13,19 +13,19 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
-#include "session/client_session.hpp"
-#include "observe/counters.hpp"
 #include "conductor/daemon.hpp"
 #include "config/log.hpp"
+#include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
+#include "observe/counters.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::daemon {
-
-
 
 namespace {
 
@@ -44,19 +44,13 @@ struct Invalid : std::invalid_argument {
 uint64_t parse_size(const std::string& key, const std::string& value, uint64_t min, uint64_t max) {
   const auto bad = [&] {
     return Invalid(fmt::format(
-        "{}: bad value '{}': expected a size in bytes with an optional K, M or G suffix "
+        "{}: bad value '{}': expected a size in bytes with an optional K, M, G or T suffix "
         "(powers of 1024) from {} to {}",
-        key, value, format_bytes(min), format_bytes(max)));
+        key, value, ipc::format_byte_size(min), ipc::format_byte_size(max)));
   };
-  if (value.empty() || std::isdigit(static_cast<unsigned char>(value[0])) == 0) throw bad();
-  uint64_t bytes = 0;
-  try {
-    bytes = parse_bytes(value);
-  } catch (const std::exception&) {
-    throw bad();
-  }
-  if (bytes < min || bytes > max) throw bad();
-  return bytes;
+  const std::optional<uint64_t> bytes = ipc::parse_byte_size(value);
+  if (!bytes || *bytes < min || *bytes > max) throw bad();
+  return *bytes;
 }
 
 uint32_t parse_uint(const std::string& key, const std::string& value, uint32_t min, uint32_t max) {
@@ -170,11 +164,11 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     config_.tuning.allreduce = parse_algorithm(value);
     apply_algorithm();
   } else if (key == "small-bytes") {
-    old = format_bytes(config_.tuning.small_bytes);
+    old = ipc::format_byte_size(config_.tuning.small_bytes);
     config_.tuning.small_bytes = parse_size(key, value, 0, uint64_t{1} << 40);
     apply_algorithm();
   } else if (key == "chunk-size") {
-    old = format_bytes(config_.tuning.chunk_bytes);
+    old = ipc::format_byte_size(config_.tuning.chunk_bytes);
     config_.tuning.chunk_bytes = parse_size(key, value, 1, uint64_t{1} << 30);
     apply_algorithm();
   } else if (key == "endpoints") {
@@ -206,7 +200,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     config_.sched.fusion = value == "on";
     apply_sched();
   } else if (key == "fusion-threshold") {
-    old = format_bytes(config_.sched.fusion_threshold_bytes);
+    old = ipc::format_byte_size(config_.sched.fusion_threshold_bytes);
     config_.sched.fusion_threshold_bytes = parse_size(key, value, 0, uint64_t{1} << 40);
     apply_sched();
   } else if (key == "fusion-cycle-us") {
@@ -216,7 +210,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "sched-chunk-size" || key == "sched-window") {
     size_t& field =
         key == "sched-chunk-size" ? config_.sched.chunk_bytes : config_.sched.window_bytes;
-    old = field == 0 ? "auto" : format_bytes(field);
+    old = field == 0 ? "auto" : ipc::format_byte_size(field);
     field = value == "auto" ? 0 : parse_size(key + " (or auto)", value, 1, uint64_t{1} << 40);
     apply_sched();
   } else if (key == "sched-target-us") {

@@ -14,10 +14,12 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <vector>
 
+#include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/proto/abi.hpp"
 
 #ifndef NODECOMM_DEFAULT_CONFIG_FILE
@@ -27,25 +29,6 @@
 namespace nodecomm::daemon {
 
 const char* const kDefaultConfigFile = NODECOMM_DEFAULT_CONFIG_FILE;
-
-uint64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
-  const unsigned long long value = std::stoull(text, &used, 10);
-  const std::string suffix = text.substr(used);
-  uint64_t scale = 1;
-  if (suffix.empty() || suffix == "B") {
-    scale = 1;
-  } else if (suffix == "K" || suffix == "k" || suffix == "KiB") {
-    scale = 1ULL << 10;
-  } else if (suffix == "M" || suffix == "m" || suffix == "MiB") {
-    scale = 1ULL << 20;
-  } else if (suffix == "G" || suffix == "g" || suffix == "GiB") {
-    scale = 1ULL << 30;
-  } else {
-    throw std::invalid_argument("unknown size suffix '" + suffix + "' in '" + text + "'");
-  }
-  return value * scale;
-}
 
 std::string expand_node(std::string text, uint32_t node) {
   const std::string token = "{node}";
@@ -574,11 +557,10 @@ DaemonConfig parse_config(int argc, char** argv) {
                                      : o.where;
   };
   const auto bytes = [&](const std::string& name, const std::string& text) {
-    try {
-      return parse_bytes(text);
-    } catch (const std::exception& e) {
-      usage_error(fmt::format("{}: bad size '{}': {}", label(name), text, e.what()));
-    }
+    std::string why;
+    const std::optional<uint64_t> value = ipc::parse_byte_size(text, why);
+    if (!value) usage_error(fmt::format("{}: bad size '{}': {}", label(name), text, why));
+    return *value;
   };
   DaemonConfig& c = v.c;
   c.sched.policy = parse_priority_policy(v.priority_policy);

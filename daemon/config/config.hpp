@@ -85,7 +85,4 @@ DaemonConfig parse_config(int argc, char** argv);
 // Replaces each "{node}" in `text` with `node`.
 std::string expand_node(std::string text, uint32_t node);
 
-// Parses "64M", "1G", "4096" (powers of 1024). Throws std::invalid_argument.
-uint64_t parse_bytes(const std::string& text);
-
 }  // namespace nodecomm::daemon

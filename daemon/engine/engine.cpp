@@ -14,6 +14,7 @@
 #include "engine/count_agreement.hpp"
 #include "engine/observer.hpp"
 #include "engine/op_check.hpp"
+#include "engine/submission_decode.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
@@ -112,22 +113,10 @@ void Engine::accept(Job& job, ClientSession& member, const proto::OpDescriptor& 
   limits.region_bytes = member.regions().sizes();
   limits.region_count = member.regions().count();
   Submission submission{desc, now, {}};
-  ipc::Verdict verdict;
-  const uint64_t aux_entries =
-      desc.collective < static_cast<uint16_t>(proto::Collective::kCount)
-          ? proto::aux_entries(static_cast<proto::Collective>(desc.collective), comm.layout().size)
-          : 0;
-  if (aux_entries > 0) {
-    verdict = ipc::check_aux_range(desc, limits);
-    if (verdict.ok()) {
-      // Copied once: the client may rewrite its arena, the daemon works on this copy.
-      submission.aux.resize(aux_entries);
-      std::memcpy(submission.aux.data(), member.segment().arena() + desc.aux_offset,
-                  aux_entries * sizeof(uint64_t));
-      limits.aux = submission.aux.data();
-    }
-  }
-  if (verdict.ok()) verdict = ipc::validate_descriptor(desc, limits);
+  const ipc::Verdict verdict = decode_submission(
+      desc, limits, submission.aux, [&](uint64_t offset, void* out, size_t bytes) {
+        std::memcpy(out, member.segment().arena() + offset, bytes);
+      });
   if (!verdict.ok()) {
     // The other members cannot complete this sequence number without this rank, so the
     // communicator fails for all of them, naming the culprit.

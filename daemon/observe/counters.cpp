@@ -12,14 +12,16 @@
 #include <cstddef>
 #include <utility>
 
-#include "session/client_session.hpp"
-#include "engine/job.hpp"
 #include "config/log.hpp"
-#include "nodecomm/ipc/clock.hpp"
-#include "nodecomm/ipc/fixed_text.hpp"
-#include "nodecomm/ipc/runtime_paths.hpp"
+#include "engine/job.hpp"
 #include "engine/schedule.hpp"
 #include "net/transport.hpp"
+#include "nodecomm/ipc/byte_size.hpp"
+#include "nodecomm/ipc/clock.hpp"
+#include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/named_shm.hpp"
+#include "nodecomm/ipc/runtime_paths.hpp"
+#include "session/client_session.hpp"
 
 #ifndef NODECOMM_VERSION_TEXT
 #define NODECOMM_VERSION_TEXT "0.1.0"
@@ -73,27 +75,23 @@ void copy_name(char (&dst)[N], const char (&name)[proto::kTensorNameBytes]) {
 namespace {
 // The pid recorded in an existing counters segment `name` if that process still runs, else 0.
 pid_t live_owner(const std::string& name) {
-  const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return 0;
+  ipc::NamedShm existing;
+  if (!existing.open_readonly(name).empty()) return 0;
   proto::CountersHeader header{};
   proto::DaemonInfo info{};
-  const bool read =
-      ::pread(fd, &header, sizeof(header), 0) == sizeof(header) &&
-      ::pread(fd, &info, sizeof(info), offsetof(proto::CountersSegment, daemon)) == sizeof(info);
-  ::close(fd);
+  const bool read = existing.size() >= offsetof(proto::CountersSegment, daemon) + sizeof(info);
+  if (read) {
+    std::memcpy(&header, existing.data(), sizeof(header));
+    std::memcpy(
+        &info,
+        static_cast<const uint8_t*>(existing.data()) + offsetof(proto::CountersSegment, daemon),
+        sizeof(info));
+  }
   if (!read || header.magic != proto::kCountersMagic) return 0;
   const auto pid = static_cast<pid_t>(info.pid);
   return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM) ? pid : 0;
 }
 }  // namespace
-
-
-std::string format_bytes(uint64_t bytes) {
-  if (bytes != 0 && bytes % (uint64_t{1} << 30) == 0) return fmt::format("{}G", bytes >> 30);
-  if (bytes != 0 && bytes % (uint64_t{1} << 20) == 0) return fmt::format("{}M", bytes >> 20);
-  if (bytes != 0 && bytes % (uint64_t{1} << 10) == 0) return fmt::format("{}K", bytes >> 10);
-  return std::to_string(bytes);
-}
 
 void CountersPublisher::open(const DaemonConfig& config, const Transport& transport,
                              const std::string& runtime_dir, const std::string& socket_path) {
@@ -273,7 +271,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, const Transpo
     e.number = number;
   };
   const auto bytes = [&](const char* key, uint64_t value) {
-    add(key, format_bytes(value), static_cast<int64_t>(value));
+    add(key, ipc::format_byte_size(value), static_cast<int64_t>(value));
   };
   const auto num = [&](const char* key, uint64_t value) {
     add(key, std::to_string(value), static_cast<int64_t>(value));

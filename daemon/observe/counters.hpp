@@ -29,10 +29,6 @@ class Transport;
 struct Operation;
 struct ScheduledUnit;
 
-
-// "512K", "64M", "1G", or the plain number: the form parse_bytes reads back.
-std::string format_bytes(uint64_t bytes);
-
 class CountersPublisher final : public EngineObserver {
  public:
   using ClientMap = std::map<uint32_t, std::unique_ptr<ClientSession>>;
@@ -69,7 +65,7 @@ class CountersPublisher final : public EngineObserver {
   void publish_ops(uint64_t now_ns, Job* job, uint32_t stall_sec);
   void update_busbw(uint64_t now_ns);
 
-  OwnedShm shm_;
+  ipc::NamedShm shm_;
   proto::CountersSegment* seg_ = nullptr;
   TraceRecorder trace_;
   std::string instance_;

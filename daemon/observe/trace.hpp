@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "nodecomm/ipc/named_shm.hpp"
 #include "nodecomm/proto/counters.hpp"
 
 namespace nodecomm::daemon {
@@ -26,29 +27,6 @@ inline uint64_t realtime_ns() {
 // The gid of `group` (a name or a number), -1 when it is empty or names no group: the group
 // that may read the counters segment and traces besides root and the daemon's uid.
 int reader_group_id(const std::string& group);
-
-// A POSIX shared-memory object this process created and maps read-write; unlinked and
-// unmapped when destroyed or reset.
-class OwnedShm {
- public:
-  OwnedShm() = default;
-  ~OwnedShm() { reset(); }
-  OwnedShm(const OwnedShm&) = delete;
-  OwnedShm& operator=(const OwnedShm&) = delete;
-  // Creates `name` (never through a symbolic link), replacing a stale object of the same name.
-  // Mode 0600, or 0640 with group `reader_gid` when that is not negative, whatever the umask:
-  // counters and traces name other users' jobs and tensors, so only the daemon's uid, root and
-  // the admin group read them. Returns an error text, empty on success.
-  std::string create(const std::string& name, size_t bytes, int reader_gid);
-  void reset();
-  void* data() const { return data_; }
-  const std::string& name() const { return name_; }
-
- private:
-  std::string name_;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 class TraceRecorder {
  public:
@@ -75,7 +53,7 @@ class TraceRecorder {
   uint64_t take_unit_begin(uint64_t handle);
 
  private:
-  OwnedShm shm_;
+  ipc::NamedShm shm_;
   proto::TraceHeader* header_ = nullptr;
   proto::TraceEvent* events_ = nullptr;
   uint64_t capacity_ = 0;

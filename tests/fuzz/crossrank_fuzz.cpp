@@ -1,9 +1,9 @@
 // libFuzzer target for what the daemons decide about one operation from all of its ranks'
 // submissions together: 1 to 4 ranks on 1 to 4 nodes, each with its own arena, descriptor and
 // count arrays (encoding in crossrank_input.hpp). Each rank goes through the intake the engine
-// runs (ipc::check_aux_range, the copy of its count arrays out of its arena,
-// ipc::validate_descriptor); each node's members are matched as Engine::accept matches them
-// (daemon::Communicator::add, daemon::describe_disagreement, the allgatherv count check); the
+// runs (daemon::decode_submission: ipc::check_aux_range, the copy of its count arrays out of
+// its arena, ipc::validate_descriptor); each node's members are matched as Engine::accept matches
+// them (daemon::Communicator::add, daemon::describe_disagreement, the allgatherv count check); the
 // nodes' submissions are compared as Engine::cross_check compares them (daemon::summarize,
 // daemon::cross_node_disagreement).
 //
@@ -45,13 +45,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/count_agreement.hpp"
 #include "crossrank_engine.hpp"
 #include "crossrank_input.hpp"
-#include "fuzz_input.hpp"
+#include "engine/count_agreement.hpp"
 #include "engine/job.hpp"
-#include "nodecomm/ipc/validate.hpp"
 #include "engine/op_check.hpp"
+#include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
+#include "nodecomm/ipc/validate.hpp"
 
 namespace nodecomm::fuzz {
 namespace {
@@ -167,19 +168,11 @@ Setup decode(Input& in) {
 // Engine::accept's intake of one rank's descriptor.
 void intake(Rank& rank, uint32_t size, uint32_t comm_rank) {
   const OpDescriptor& d = rank.d;
-  ipc::ValidationLimits lim{rank.arena.size(), kMaxCount, size, comm_rank};
-  const uint64_t entries = d.collective < static_cast<uint16_t>(Collective::kCount)
-                               ? proto::aux_entries(static_cast<Collective>(d.collective), size)
-                               : 0;
-  if (entries > 0) {
-    rank.verdict = ipc::check_aux_range(d, lim);
-    if (rank.verdict.ok()) {
-      rank.aux.resize(entries);
-      std::memcpy(rank.aux.data(), rank.arena.data() + d.aux_offset, entries * sizeof(uint64_t));
-      lim.aux = rank.aux.data();
-    }
-  }
-  if (rank.verdict.ok()) rank.verdict = ipc::validate_descriptor(d, lim);
+  const ipc::ValidationLimits lim{rank.arena.size(), kMaxCount, size, comm_rank};
+  rank.verdict =
+      daemon::decode_submission(d, lim, rank.aux, [&](uint64_t offset, void* out, size_t bytes) {
+        std::memcpy(out, rank.arena.data() + offset, bytes);
+      });
   const std::string text = fmt::format("{} seq {}: {}", daemon::describe_submission(d), d.seq,
                                        rank.verdict.ok() ? "ok" : rank.verdict.message);
   FUZZ_CHECK(!text.empty());

@@ -27,8 +27,9 @@
 #include <set>
 #include <vector>
 
-#include "fuzz_input.hpp"
 #include "engine/job.hpp"
+#include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
 #include "nodecomm/ipc/ring.hpp"
 #include "nodecomm/ipc/validate.hpp"
 
@@ -209,33 +210,32 @@ void check_accepted(const OpDescriptor& d, const ipc::ValidationLimits& lim,
   }
 }
 
-// Engine::accept's decoding of one descriptor, with the oracles. `aux_source` supplies the
-// count arrays when the arena is too large to simulate.
+// Engine::accept's decoding of one descriptor (daemon::decode_submission, the engine's own
+// code), with the oracles. `aux_source` supplies the count arrays when the arena is too large
+// to simulate.
 void decode_descriptor(const OpDescriptor& d, ipc::ValidationLimits lim, Input& aux_source,
                        const std::vector<uint8_t>* arena) {
+  std::vector<uint64_t> aux;
+  bool read = false;
+  const ipc::Verdict verdict =
+      daemon::decode_submission(d, lim, aux, [&](uint64_t offset, void* out, size_t bytes) {
+        // Only ever after the range check passed, and only inside the arena.
+        FUZZ_CHECK(u128{offset} + bytes <= lim.arena_bytes);
+        FUZZ_CHECK(offset == d.aux_offset);
+        read = true;
+        if (arena != nullptr) {
+          // The engine's memcpy out of the arena, through ASan.
+          std::memcpy(out, arena->data() + offset, bytes);
+        } else {
+          aux_source.bytes(out, bytes);
+        }
+      });
   const uint64_t entries =
       d.collective < static_cast<uint16_t>(Collective::kCount)
           ? proto::aux_entries(static_cast<Collective>(d.collective), lim.comm_size)
           : 0;
-  std::vector<uint64_t> aux;
-  ipc::Verdict verdict;
-  if (entries > 0) {
-    verdict = ipc::check_aux_range(d, lim);
-    if (verdict.ok()) {
-      FUZZ_CHECK(u128{d.aux_offset} + u128{entries} * sizeof(uint64_t) <= lim.arena_bytes);
-      aux.resize(entries);
-      if (arena != nullptr) {
-        // The engine's memcpy out of the arena, through ASan.
-        std::memcpy(aux.data(), arena->data() + d.aux_offset, entries * sizeof(uint64_t));
-      } else {
-        aux_source.bytes(aux.data(), entries * sizeof(uint64_t));
-      }
-      lim.aux = aux.data();
-    } else {
-      FUZZ_CHECK(!verdict.message.empty());
-    }
-  }
-  if (verdict.ok()) verdict = ipc::validate_descriptor(d, lim);
+  FUZZ_CHECK(aux.size() == (read ? entries : 0));
+  if (read) lim.aux = aux.data();
   // The texts the daemon builds from what it decoded, whatever the fields hold.
   std::string text = fmt::format("{} seq {}: {}", daemon::describe_submission(d), d.seq,
                                  verdict.ok() ? std::string_view("ok") : verdict.message);

@@ -3,7 +3,8 @@
 // the submission slots. Each input gets a real segment (ipc::Segment::create, as the daemon
 // makes them) attached to a real daemon::ClientSession, and drives it as nodecommd does:
 // heartbeats, parking flags, draining and validating submissions as Engine::accept does
-// (limits from the session's segment, count arrays copied out of its arena), failing them
+// (daemon::decode_submission with limits from the session's segment, count arrays copied out
+// of its arena), failing them
 // with completions and flushing.
 //
 // The oracles: whatever the header says, the daemon's view of the segment (arena, arena size,
@@ -21,11 +22,12 @@
 #include <string>
 #include <vector>
 
-#include "session/client_session.hpp"
-#include "fuzz_input.hpp"
 #include "config/log.hpp"
+#include "engine/submission_decode.hpp"
+#include "fuzz_input.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/validate.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::fuzz {
 namespace {
@@ -74,22 +76,13 @@ void daemon_pass(daemon::ClientSession& session, const proto::SegmentGeometry& g
     }
     // Engine::accept on a communicator of (flags >> 1) % 4 + 1 ranks.
     const uint32_t comm_size = (flags >> 1) % 4 + 1;
-    ipc::ValidationLimits lim{seg.arena_bytes(), uint64_t{1} << 34, comm_size, 0};
+    const ipc::ValidationLimits lim{seg.arena_bytes(), uint64_t{1} << 34, comm_size, 0};
     std::vector<uint64_t> aux;
-    ipc::Verdict v;
-    const uint64_t entries =
-        d.collective < static_cast<uint16_t>(proto::Collective::kCount)
-            ? proto::aux_entries(static_cast<proto::Collective>(d.collective), comm_size)
-            : 0;
-    if (entries > 0) {
-      v = ipc::check_aux_range(d, lim);
-      if (v.ok()) {
-        aux.resize(entries);
-        std::memcpy(aux.data(), seg.arena() + d.aux_offset, entries * sizeof(uint64_t));
-        lim.aux = aux.data();
-      }
-    }
-    if (v.ok()) v = ipc::validate_descriptor(d, lim);
+    const ipc::Verdict v =
+        daemon::decode_submission(d, lim, aux, [&](uint64_t offset, void* out, size_t bytes) {
+          std::memcpy(out, seg.arena() + offset, bytes);
+        });
+    const uint64_t entries = aux.size();
     if (v.ok() && static_cast<proto::Collective>(d.collective) != proto::Collective::kCommSplit) {
       const uint64_t elem = proto::dtype_size(static_cast<proto::DType>(d.dtype));
       proto::BufferElems e = proto::buffer_elems(static_cast<proto::Collective>(d.collective),

@@ -1,7 +1,7 @@
 // Integration check run under nodecomm-launch: in one launch, every rank runs every selected
 // collective for each dtype, redop (reducing collectives), element count, buffer layout and
 // root (rooted collectives), and compares every element it holds afterwards with the
-// reference of tools/bench/collectives.hpp, the same one nodecomm-bench --check uses.
+// reference of tests/support/collectives.hpp, the same one nodecomm-bench --check uses.
 //
 //   collectives_check [--ops LIST] [--dtypes LIST] [--redops LIST] [--counts LIST]
 //                     [--roots LIST] [--buffers arena|registered]

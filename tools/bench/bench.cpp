@@ -17,41 +17,23 @@
 #include "batch.hpp"
 #include "check.hpp"
 #include "collectives.hpp"
+#include "nodecomm/ipc/byte_size.hpp"
 #include "report.hpp"
 
 namespace nodecomm::bench {
 
-std::optional<uint64_t> parse_bytes(std::string_view text) {
-  uint64_t value = 0;
-  size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
-    if (value > (UINT64_MAX - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-  }
-  if (i == 0) return std::nullopt;
-  unsigned shift = 0;
-  if (i < text.size()) {
-    switch (text[i]) {
-      case 'k':
-      case 'K':
-        shift = 10;
-        break;
-      case 'm':
-      case 'M':
-        shift = 20;
-        break;
-      case 'g':
-      case 'G':
-        shift = 30;
-        break;
-      default:
-        return std::nullopt;
-    }
-    if (++i != text.size()) return std::nullopt;
-  }
-  if (value == 0 || value > (kMaxBytes >> shift)) return std::nullopt;
-  return value << shift;
+std::optional<uint64_t> parse_bytes(std::string_view text, std::string* why) {
+  std::string reason;
+  const std::optional<uint64_t> bytes = ipc::parse_byte_size(text, reason);
+  if (bytes && *bytes >= 1 && *bytes <= kMaxBytes) return bytes;
+  if (why != nullptr) *why = bytes ? "out of range" : std::move(reason);
+  return std::nullopt;
+}
+
+std::string bad_byte_count(std::string_view text) {
+  std::string why;
+  if (parse_bytes(text, &why)) return {};
+  return fmt::format("'{}' is not a byte count in [1, 1024G]: {}", text, why);
 }
 
 std::optional<double> parse_link_rate(std::string_view text) {

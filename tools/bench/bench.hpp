@@ -50,9 +50,12 @@ std::optional<int> parse_comm(std::string_view text);
 // How --comm is spelt in the report: "world" or "split:K".
 std::string comm_name(int split_groups);
 
-// "8", "16396", "64M", "1g": bytes, K/M/G being powers of 1024. Empty on anything else,
-// including zero and anything above kMaxBytes (a typo, not a size anyone can allocate twice).
-std::optional<uint64_t> parse_bytes(std::string_view text);
+// "8", "16396", "64M", "1g", "64MiB": bytes in the grammar of ipc/byte_size.hpp. Empty on
+// anything else, including zero and anything above kMaxBytes (a typo, not a size anyone can
+// allocate twice), with the reason in `why` when given.
+std::optional<uint64_t> parse_bytes(std::string_view text, std::string* why = nullptr);
+// The error text for a --sizes/--min-bytes/... value parse_bytes refuses; empty if it accepts.
+std::string bad_byte_count(std::string_view text);
 inline constexpr uint64_t kMaxBytes = 1ull << 40;
 
 // A link rate as tc spells it, in whole bytes per second: a decimal number ("1", "2.5",

@@ -34,16 +34,8 @@ std::string names(const char* (*name_of)(Enum)) {
   return out;
 }
 
-std::string bad_byte_count(const std::string& text) {
-  return fmt::format(
-      "'{}' is not a byte count in [1, 1024G] (digits with an optional K, M or G suffix)", text);
-}
-
 const CLI::Validator kByteCount(
-    [](std::string& text) {
-      return nodecomm::bench::parse_bytes(text) ? std::string() : bad_byte_count(text);
-    },
-    "BYTES");
+    [](std::string& text) { return nodecomm::bench::bad_byte_count(text); }, "BYTES");
 
 std::string bad_link_rate(const std::string& text) {
   return fmt::format(
@@ -66,7 +58,8 @@ std::string env_or_empty(const char* name) {
 
 uint64_t bytes_or_throw(const std::string& text, const char* flag) {
   if (auto bytes = nodecomm::bench::parse_bytes(text)) return *bytes;
-  throw CLI::ValidationError(flag, bad_byte_count(text));  // the validator normally catches it
+  throw CLI::ValidationError(
+      flag, nodecomm::bench::bad_byte_count(text));  // the validator normally catches it
 }
 
 struct Flags {

@@ -19,15 +19,7 @@ std::string env_or(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? std::string(v) : std::string(fallback);
 }
 
-const CLI::Validator kBytes(
-    [](std::string& text) {
-      return parse_bytes(text) ? std::string()
-                               : fmt::format(
-                                     "'{}' is not a byte count in [1, 1024G] (digits with "
-                                     "an optional K, M or G suffix)",
-                                     text);
-    },
-    "BYTES");
+const CLI::Validator kBytes([](std::string& text) { return bad_byte_count(text); }, "BYTES");
 
 }  // namespace
 
@@ -132,9 +124,9 @@ RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, bool mpi, Con
   RunMode m;
   m.arena_bytes = 0;
   if (f.soak_sec > 0) {
-    for (const char* flag : {"--workload", "--priority-probe", "--op", "--batch", "--sizes",
-                             "--min-bytes", "--max-bytes", "--check", "--inplace", "--dtype",
-                             "--redop", "--compress"}) {
+    for (const char* flag :
+         {"--workload", "--priority-probe", "--op", "--batch", "--sizes", "--min-bytes",
+          "--max-bytes", "--check", "--inplace", "--dtype", "--redop", "--compress"}) {
       if (app.count(flag) > 0) {
         throw CLI::ValidationError(flag, "is not for --soak, which draws its own mix");
       }

@@ -1,11 +1,8 @@
 #include "reader.hpp"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +15,7 @@
 
 #include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/named_shm.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -32,31 +30,20 @@ uint64_t clock_ns(clockid_t id) {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// Maps a shared-memory object read-only; returns its address and size.
-std::pair<const void*, size_t> map_readonly(const std::string& name) {
-  const int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0 && errno == EACCES) {
+// Maps a shared-memory object read-only, all of it.
+ipc::NamedShm map_readonly(const std::string& name) {
+  ipc::NamedShm shm;
+  int open_errno = 0;
+  const std::string error = shm.open_readonly(name, &open_errno);
+  if (open_errno == EACCES) {
     // Counters and traces name other users' jobs: 0600, or 0640 for the daemon's admin-group.
     throw RuntimeError(fmt::format(
         "permission denied reading /dev/shm{}: it is readable by root, the daemon's uid and "
         "the members of its admin-group only (docs/OPERATIONS.md, nodecommctl)",
         name));
   }
-  if (fd < 0) {
-    throw RuntimeError(fmt::format("cannot open /dev/shm{}: {}", name, std::strerror(errno)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
-    ::close(fd);
-    throw RuntimeError(fmt::format("/dev/shm{} is empty or unreadable", name));
-  }
-  void* data = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-  const int saved = errno;
-  ::close(fd);
-  if (data == MAP_FAILED) {
-    throw RuntimeError(fmt::format("mmap /dev/shm{}: {}", name, std::strerror(saved)));
-  }
-  return {data, static_cast<size_t>(st.st_size)};
+  if (!error.empty()) throw RuntimeError(error);
+  return shm;
 }
 
 template <class T>
@@ -96,9 +83,10 @@ double Snapshot::heartbeat_age_s() const {
   return at == 0 || now_monotonic_ns < at ? 0.0 : static_cast<double>(now_monotonic_ns - at) / 1e9;
 }
 
-CountersView::CountersView(const std::string& shm_name) : name_(shm_name) {
-  const auto [data, size] = map_readonly(shm_name);
-  const auto* seg = static_cast<const proto::CountersSegment*>(data);
+CountersView::CountersView(const std::string& shm_name)
+    : name_(shm_name), shm_(map_readonly(shm_name)) {
+  const size_t size = shm_.size();
+  const auto* seg = static_cast<const proto::CountersSegment*>(shm_.data());
   std::string problem;
   if (size < sizeof(proto::CountersHeader)) {
     problem = fmt::format("is {} bytes, smaller than a header", size);
@@ -122,16 +110,11 @@ CountersView::CountersView(const std::string& shm_name) : name_(shm_name) {
                             sizeof(proto::CountersSegment));
     }
   }
-  if (!problem.empty()) {
-    ::munmap(const_cast<void*>(data), size);
-    throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
-  }
+  if (!problem.empty()) throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
   seg_ = seg;
 }
 
-CountersView::~CountersView() {
-  if (seg_ != nullptr) ::munmap(const_cast<proto::CountersSegment*>(seg_), sizeof(*seg_));
-}
+CountersView::~CountersView() = default;
 
 Snapshot CountersView::read() const {
   Snapshot s;
@@ -247,9 +230,10 @@ proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb
 }
 
 TraceData read_trace(const std::string& shm_name) {
-  const auto [data, size] = map_readonly(shm_name);
+  const ipc::NamedShm shm = map_readonly(shm_name);
+  const size_t size = shm.size();
   TraceData out;
-  const auto* header = static_cast<const proto::TraceHeader*>(data);
+  const auto* header = static_cast<const proto::TraceHeader*>(shm.data());
   std::string problem;
   if (size < sizeof(proto::TraceHeader) || header->magic != proto::kTraceMagic) {
     problem = "is not a nodecomm trace buffer";
@@ -266,7 +250,6 @@ TraceData read_trace(const std::string& shm_name) {
     const auto* events = reinterpret_cast<const proto::TraceEvent*>(header + 1);
     out.events.assign(events, events + std::min({count, fits, header->capacity}));
   }
-  ::munmap(const_cast<void*>(data), size);
   if (!problem.empty()) throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
   return out;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "nodecomm/ipc/named_shm.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/counters.hpp"
 
@@ -55,6 +56,7 @@ class CountersView {
 
  private:
   std::string name_;
+  ipc::NamedShm shm_;
   const proto::CountersSegment* seg_ = nullptr;
 };
 

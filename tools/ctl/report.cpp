@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 
+#include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -71,16 +72,6 @@ double histogram_quantile(const proto::CollectiveCounters& c, double q) {
 }
 
 }  // namespace
-
-std::string human_bytes(double bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, kUnits[u]);
-}
 
 std::string human_duration(double s) {
   if (s < 1e-3) return fmt::format("{:.0f} us", s * 1e6);
@@ -236,16 +227,16 @@ std::string status_text(const Snapshot& s) {
   out += fmt::format(
       "ops        {} completed ({} failed, {}), {} in flight, {} stalled; {} stall report(s), "
       "{} timeout(s)\n",
-      t.ops_completed, t.ops_failed, human_bytes(static_cast<double>(t.bytes_completed)),
+      t.ops_completed, t.ops_failed, ipc::human_bytes(static_cast<double>(t.bytes_completed)),
       t.ops_in_flight, stalled, t.stalls_reported, t.op_timeouts);
   out += fmt::format(
       "queues     submission backlog {}, completion backlog {}, {} transfer(s) on the network "
       "({})\n",
       t.submission_backlog, t.completion_backlog, t.units_in_flight,
-      human_bytes(static_cast<double>(t.bytes_in_flight)));
+      ipc::human_bytes(static_cast<double>(t.bytes_in_flight)));
   out += fmt::format("busbw      {}/s last interval, {}/s average\n",
-                     human_bytes(static_cast<double>(t.busbw_last_bps)),
-                     human_bytes(static_cast<double>(t.busbw_ewma_bps)));
+                     ipc::human_bytes(static_cast<double>(t.busbw_last_bps)),
+                     ipc::human_bytes(static_cast<double>(t.busbw_ewma_bps)));
   out += fmt::format(
       "settings   chunk-size {} (agreed {}), small-bytes {}, algorithm {}, priority-policy {}, "
       "fusion {} ({}), idle {}, stall-sec {}, op-timeout-sec {}, log-level {}\n",
@@ -347,7 +338,7 @@ std::string ops_text(const Snapshot& s) {
     const proto::OpSlot& op = s.ops.slots[i];
     out += fmt::format("{:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", op.comm, op.seq,
                        collective(op.collective), ipc::printable_text(op.name),
-                       human_bytes(static_cast<double>(op.bytes)),
+                       ipc::human_bytes(static_cast<double>(op.bytes)),
                        op.phase < 4 ? kPhases[op.phase] : "?",
                        human_duration(seconds_between(s.now_monotonic_ns, op.first_arrival_ns)),
                        op.stalled != 0 ? "yes" : "no", waiting_for(op));
@@ -470,7 +461,7 @@ std::string counters_text(const Snapshot& s, const Snapshot* previous) {
     if (cc.ops == 0) continue;
     out += fmt::format(
         "  {:<14} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10}\n", collective(c), cc.ops,
-        human_bytes(static_cast<double>(cc.bytes)), cc.errors,
+        ipc::human_bytes(static_cast<double>(cc.bytes)), cc.errors,
         human_duration(static_cast<double>(cc.latency_sum_ns) / 1e9 / static_cast<double>(cc.ops)),
         human_duration(histogram_quantile(cc, 0.5)), human_duration(histogram_quantile(cc, 0.99)));
   }

@@ -43,7 +43,6 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots);
 // Chrome trace-event format: {"traceEvents": [...], "displayTimeUnit": "ms", ...}.
 Json chrome_trace(const TraceData& trace);
 
-std::string human_bytes(double bytes);
 std::string human_duration(double seconds);
 
 }  // namespace nodecomm::ctl

@@ -8,9 +8,10 @@
 #include <cstdint>
 #include <string>
 
-#include "backend.hpp"
-
 namespace nodecomm::bench {
+
+// nodecomm-bench's transport interface (tools/bench/backend.hpp): nodecomm or MPI.
+class Backend;
 
 struct SoakConfig {
   double seconds = 0;

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "backend.hpp"
 #include "collectives.hpp"
 
 namespace nodecomm::bench {
