@@ -1,0 +1,136 @@
+// The engine's allreduce paths between nodes, with every node in this process (cluster.hpp):
+// each inter-node algorithm forced, and the scheduler under each priority policy with fusion
+// on and off.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cluster.hpp"
+#include "reference.hpp"
+
+namespace nodecomm::engine_test {
+namespace {
+
+// Each inter-node allreduce algorithm forced for every size, on the uneven layout: the ring
+// with small slices over several lanes, recursive doubling on 3 nodes, and the native
+// allreduce (MPI_Iallreduce's place).
+class AlgorithmTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AlgorithmTest, AllreduceEveryDtypeOnUnevenLayout) {
+  const std::string algo = GetParam();
+  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
+    c.tuning.allreduce = daemon::parse_algorithm(algo);
+    if (algo == "ring") {
+      c.tuning.chunk_bytes = 4096;
+      c.tuning.pipeline_depth = 3;
+      c.tuning.endpoints = 3;
+    }
+  });
+  std::vector<std::string> failures = cluster.run([](Rank& r) {
+    for (const Sample& s : kAllreduceSamples) {
+      for (size_t count : {size_t{1}, size_t{2}, size_t{7}, size_t{4099}, size_t{65539}}) {
+        if (count == 65539 && s.dtype != NC_F32) continue;
+        allreduce_once(r, s.dtype, s.op, count, count % 2 == 1, count != 2);
+      }
+    }
+  });
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "rd", "mpi"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// The scheduler under each priority policy with fusion on and off, on the uneven layout with
+// small scheduling chunks and a small fusion threshold: batches of mixed allreduces (dtypes,
+// ops, sizes from 1 element to several chunks, in place or not, random priorities) posted
+// without waiting, so that the daemons reorder, chunk and fuse them alike; every element
+// checked (schedule_check's case).
+using SchedParam = std::tuple<proto::PriorityPolicy, bool>;
+class SchedulerTest : public ::testing::TestWithParam<SchedParam> {};
+
+TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
+  const auto [policy, fusion] = GetParam();
+  Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
+    c.sched.policy = policy;
+    c.sched.fusion = fusion;
+    c.sched.chunk_bytes = 16 * 1024;
+    c.sched.fusion_threshold_bytes = 4 * 1024;
+  });
+  std::vector<std::string> failures = cluster.run([](Rank& r) {
+    constexpr int kBatches = 3;
+    constexpr int kPerBatch = 30;
+    const nc_dtype_t dtypes[] = {NC_F32, NC_F64, NC_I32, NC_I64};
+    const nc_redop_t ops[] = {NC_SUM, NC_MIN, NC_MAX};
+    const size_t counts[] = {1, 7, 100, 1000, 4099, 20000};
+    for (int batch = 0; batch < kBatches; ++batch) {
+      // The same plan on every rank: one seed per batch.
+      std::mt19937 rng(static_cast<uint32_t>(batch) * 7919U + 1U);
+      struct Planned {
+        nc_dtype_t dtype;
+        nc_redop_t op;
+        size_t count;
+        bool in_place;
+        std::unique_ptr<Buf> send;
+        std::unique_ptr<Buf> recv;
+      };
+      std::vector<Planned> plan;
+      std::vector<nc_request_t> reqs;
+      for (int k = 0; k < kPerBatch; ++k) {
+        Planned p{dtypes[rng() % 4], ops[rng() % 3], counts[rng() % 6], rng() % 2 == 0, {}, {}};
+        const int priority = static_cast<int>(rng() % 10);
+        const size_t bytes = p.count * nc_dtype_size(p.dtype);
+        p.send = std::make_unique<Buf>(r.ctx, bytes, true);
+        p.recv = std::make_unique<Buf>(r.ctx, bytes, true);
+        const int seed = r.rank + k * 7 + batch * 1000;
+        with_dtype(p.dtype, [&]<class T>(T) { fill(p.send->as<T>(), p.count, seed, p.op); });
+        void* out = p.in_place ? p.send->as<void>() : p.recv->as<void>();
+        const nc_op_attr_t attr{priority, nullptr, NC_COMPRESS_NONE};
+        nc_request_t req = 0;
+        if (nc_allreduce(r.ctx, p.send->as<void>(), out, p.count, p.dtype, p.op, NC_COMM_WORLD,
+                         &attr, &req) != NC_OK) {
+          r.fail(fmt::format("batch {} op {}: posting: {}", batch, k, nc_last_error()));
+          return;
+        }
+        reqs.push_back(req);
+        plan.push_back(std::move(p));
+      }
+      if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
+        r.fail(fmt::format("batch {}: wait_all: {}", batch, nc_last_error()));
+        return;
+      }
+      for (int k = 0; k < kPerBatch; ++k) {
+        const Planned& p = plan[static_cast<size_t>(k)];
+        std::vector<int> seeds;
+        for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
+        with_dtype(p.dtype, [&]<class T>(T) {
+          const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
+          check(r,
+                fmt::format("batch {} op {}: allreduce {} {} count {}", batch, k, dt(p.dtype),
+                            op_name(p.op), p.count),
+                got, p.count, [&](size_t i) { return reduced<T>(r.size, i, p.op, seeds); });
+        });
+      }
+    }
+  });
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, SchedulerTest,
+                         ::testing::Combine(::testing::Values(proto::PriorityPolicy::kNone,
+                                                              proto::PriorityPolicy::kDirect,
+                                                              proto::PriorityPolicy::kLifo),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<SchedParam>& info) {
+                           return std::string(
+                                      proto::priority_policy_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_fusion_on" : "_fusion_off");
+                         });
+
+}  // namespace
+}  // namespace nodecomm::engine_test
