@@ -77,7 +77,7 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
   // Compressed data goes around the ring, the only algorithm that re-encodes per step.
   AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
                                     ? AllreduceAlgorithmKind::kRing
-                                    : choose_allreduce(net_.tuning(), bytes, p2p.size());
+                                    : choose_allreduce(tuning_, bytes, p2p.size());
   // Recursive doubling sends the whole buffer as one message and the native allreduce takes
   // at most max_count() elements (MPI's int): beyond that the ring, whose slices stay far
   // below it, carries the operation.
@@ -91,7 +91,7 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
     case AllreduceAlgorithmKind::kMpi:
       return run(std::make_unique<NativeAllreduce>(net_, comm, spec, hooks), p2p);
     default:
-      return run(make_ring_allreduce(p2p, tag_base, spec, hooks, net_.tuning()), p2p);
+      return run(make_ring_allreduce(p2p, tag_base, spec, hooks, tuning_), p2p);
   }
 }
 

@@ -2,7 +2,7 @@
 // either as one of our point-to-point algorithms (ring, recursive doubling, record exchange,
 // chunked transfers for counts beyond the native library's) or as the native collective, and
 // polls them all through one set of handles. This is where the algorithm is chosen, from the
-// agreed tuning (Transport::tuning) and sizes every daemon of the group knows alike, so that
+// agreed tuning (InterNode::tuning) and sizes every daemon of the group knows alike, so that
 // every daemon takes the same path for every operation.
 #pragma once
 
@@ -24,10 +24,10 @@ class InterNode {
   InterNode& operator=(const InterNode&) = delete;
 
   Transport& net() { return net_; }
-  // The agreed algorithm parameters (Transport::tuning), applied to operations started from
-  // now on.
-  void set_tuning(const AlgorithmTuning& tuning) { net_.set_tuning(tuning); }
-  const AlgorithmTuning& tuning() const { return net_.tuning(); }
+  // The algorithm parameters every daemon of the job agreed on (the configuration, then each
+  // scheduling round's), applied to operations started from now on.
+  void set_tuning(const AlgorithmTuning& tuning) { tuning_ = tuning; }
+  const AlgorithmTuning& tuning() const { return tuning_; }
 
   // Reduces `count` elements of `buffer` in place across the group, with the algorithm the
   // tuning picks (the ring whenever `wire` compresses, see AllreduceSpec::wire). hooks.prepare
@@ -110,6 +110,7 @@ class InterNode {
     PointToPoint* net;
   };
   Transport& net_;
+  AlgorithmTuning tuning_;
   std::unordered_map<NodeComm, Group> groups_;
   std::unordered_map<TransportHandle, Running> algorithms_;
   TransportHandle next_ = kOwnHandle | 1;

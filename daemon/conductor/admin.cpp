@@ -92,7 +92,6 @@ const std::vector<std::string>& settable_keys() {
   return keys;
 }
 
-
 bool may_administer(int fd, const ipc::PeerCredentials& cred, const std::string& admin_group,
                     std::string& why) {
   if (cred.uid == 0 || cred.uid == ::geteuid()) return true;
@@ -132,7 +131,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     engine_.set_algorithm_tuning(config_.tuning);
     const bool multi_node = job_ && job_->node_count > 1 && job_->state == Job::State::kRunning;
     if (!multi_node) {
-      transport_.set_tuning(config_.tuning);
+      engine_.set_algorithm_in_effect(config_.tuning);
       return;
     }
     if (!with_job_overrides(engine_.scheduler_tuning(), job_->requested).negotiated()) {
@@ -186,9 +185,9 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     old = std::to_string(config_.tuning.pipeline_depth);
     config_.tuning.pipeline_depth = parse_uint(key, value, 1, 1024);
     engine_.set_algorithm_tuning(config_.tuning);
-    AlgorithmTuning now = transport_.tuning();  // slices in flight here: local, at once
+    AlgorithmTuning now = engine_.algorithm_in_effect();  // slices in flight here: local, at once
     now.pipeline_depth = config_.tuning.pipeline_depth;
-    transport_.set_tuning(now);
+    engine_.set_algorithm_in_effect(now);
   } else if (key == "priority-policy") {
     check_choice(key, value, {"none", "direct", "lifo"});
     old = std::string(proto::priority_policy_name(config_.sched.policy));
@@ -234,7 +233,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     field = parse_uint(key, value, 0, key == "stall-sec" ? 86'400 : 864'000);
     engine_.set_limits(config_.limits);
   }
-  counters_.publish_params(config_, transport_, true);
+  counters_.publish_params(config_, true);
   return fmt::format("{} = {} (was {}){}", key, value, old, note);
 }
 

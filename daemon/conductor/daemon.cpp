@@ -21,9 +21,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "conductor/memory_budget.hpp"
+#include "conductor/notify.hpp"
 #include "conductor/peer_groups.hpp"
 #include "config/log.hpp"
-#include "conductor/memory_budget.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/futex.hpp"
@@ -31,7 +32,6 @@
 #include "nodecomm/ipc/private_dir.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/control.hpp"
-#include "conductor/notify.hpp"
 
 namespace nodecomm::daemon {
 
@@ -58,6 +58,7 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
   engine_.set_scheduler_tuning(config_.sched);
   engine_.set_limits(config_.limits);
   engine_.set_algorithm_tuning(config_.tuning);
+  engine_.set_algorithm_in_effect(config_.tuning);
   engine_.set_observer(&counters_);
 }
 
@@ -121,6 +122,7 @@ void Daemon::start() {
   if (::rename(tmp.c_str(), ready_path_.c_str()) != 0) {
     throw std::runtime_error(fmt::format("rename {}: {}", ready_path_, std::strerror(errno)));
   }
+  counters_.watch_algorithm(&engine_.algorithm_in_effect());
   counters_.open(config_, transport_, runtime_dir_, socket_path_);
   NC_LOG(kInfo, "ready: socket {}, node {} of {}, transport {}, staging on NUMA node {}",
          socket_path_, transport_.node_index(), transport_.node_count(), transport_.name(),
@@ -288,8 +290,7 @@ void Daemon::heartbeat() {
   check_client_heartbeats(now);
   check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
-  counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec,
-                         transport_);
+  counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec);
   if (notifier_ != nullptr) notifier_->tick(now, [this] { return status_line(); });
 }
 
@@ -783,7 +784,8 @@ void Daemon::reap() {
       }
       job_.reset();
       job_since_ns_ = 0;
-      transport_.set_tuning(engine_.algorithm_tuning());  // drop what the job's rounds agreed
+      engine_.set_algorithm_in_effect(
+          engine_.algorithm_tuning());  // drop what the job's rounds agreed
       Log::get().set_job({});
     }
   }

@@ -47,6 +47,10 @@ class Engine {
   // job in sequence order has no rounds: it keeps the settings it started with until it ends.
   void set_algorithm_tuning(const AlgorithmTuning& tuning) { algorithm_ = tuning; }
   const AlgorithmTuning& algorithm_tuning() const { return algorithm_; }
+  // The algorithm parameters in effect for operations started from now on: the configured
+  // ones, or in a multi-node job what its scheduling rounds agreed (node 0's).
+  void set_algorithm_in_effect(const AlgorithmTuning& tuning) { transport_.set_tuning(tuning); }
+  const AlgorithmTuning& algorithm_in_effect() const { return transport_.tuning(); }
   // Who is told what the engine does (the counters segment); null: nobody.
   void set_observer(EngineObserver* observer) { observer_ = observer; }
 

@@ -249,7 +249,8 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
     }
   }
   const RoundRecord& lead = records[0];
-  engine_.transport_.set_tuning(with_agreed_algorithm(engine_.transport_.tuning(), lead.algorithm));
+  engine_.set_algorithm_in_effect(
+      with_agreed_algorithm(engine_.algorithm_in_effect(), lead.algorithm));
   const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
   const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
   // Ready on every node.

@@ -518,7 +518,6 @@ class InMemoryTransport final : public Transport {
     return post_native(comm, std::move(p));
   }
 
-
   // MPI's own allreduce (the `mpi` algorithm), computed in memory.
   TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                   proto::RedOp op) override {
@@ -582,12 +581,11 @@ class InMemoryTransport final : public Transport {
   std::vector<LostPeer> check_peers(uint64_t, uint64_t, uint64_t) override { return {}; }
 
  private:
-
   struct View {
     std::shared_ptr<InMemoryGroup> group;
     uint32_t rank = 0;
     std::unique_ptr<InMemoryPointToPoint> net;
-    uint64_t natives = 0;    // native collectives started: the slot index
+    uint64_t natives = 0;  // native collectives started: the slot index
   };
   struct Native {
     std::shared_ptr<NativeSlot> slot;
@@ -650,7 +648,6 @@ class InMemoryTransport final : public Transport {
     natives_.emplace(handle, Native{std::move(slot)});
     return handle;
   }
-
 
   std::shared_ptr<InMemoryWorld> world_;
   uint32_t node_;

@@ -143,16 +143,6 @@ class Transport : public NodeGroups, public NativeCollectives, public PeerNotice
   // This daemon among all of them.
   uint32_t node_index() const { return comm_rank(kAllNodes); }
   uint32_t node_count() const { return comm_size(kAllNodes); }
-
-  // The algorithm parameters every daemon agreed on (the configuration, then each scheduling
-  // round's), which the inter-node runner applies to operations started from now on. Plain
-  // data: it sits here because every layer that sets or shows it (admin, scheduler, counters)
-  // already holds the transport.
-  void set_tuning(const AlgorithmTuning& tuning) { tuning_ = tuning; }
-  const AlgorithmTuning& tuning() const { return tuning_; }
-
- private:
-  AlgorithmTuning tuning_;
 };
 
 // A single node: every operation is complete as soon as it starts.

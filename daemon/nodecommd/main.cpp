@@ -60,7 +60,6 @@ int main(int argc, char** argv) {
   std::unique_ptr<Transport> transport = config.transport == "mpi"
                                              ? make_mpi_transport(&argc, &argv, config.lanes)
                                              : make_loopback_transport();
-  transport->set_tuning(config.tuning);
   const uint32_t node = transport->node_index();
   config.instance = expand_node(config.instance, node);
   config.runtime_dir = expand_node(config.runtime_dir, node);

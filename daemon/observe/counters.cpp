@@ -140,7 +140,7 @@ void CountersPublisher::open(const DaemonConfig& config, const Transport& transp
   ipc::copy_text(d.runtime_dir, runtime_dir);
   ipc::copy_text(d.socket_path, socket_path);
   seg_ = seg;
-  publish_params(config, transport, false);
+  publish_params(config, false);
   // release: everything above is visible to a reader that sees the version (acquire).
   std::atomic_ref<uint32_t>(h.layout_version)
       .store(proto::kCountersLayoutVersion, std::memory_order_release);
@@ -255,11 +255,10 @@ void CountersPublisher::admin_request(bool refused) {
   if (refused) counter_add(seg_->totals.admin_refused, 1);
 }
 
-void CountersPublisher::publish_params(const DaemonConfig& config, const Transport& transport,
-                                       bool changed) {
+void CountersPublisher::publish_params(const DaemonConfig& config, bool changed) {
   config_ = config;
   if (!active()) return;
-  const AlgorithmTuning& agreed = transport.tuning();
+  const AlgorithmTuning& agreed = in_effect_ != nullptr ? *in_effect_ : config.tuning;
   agreed_ = agreed;
   proto::ParamsSection& p = *params_scratch_;
   p = proto::ParamsSection{};
@@ -329,8 +328,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, const Transpo
 }
 
 void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns, Job* job,
-                                     const ClientMap& clients, uint32_t stall_sec,
-                                     const Transport& transport) {
+                                     const ClientMap& clients, uint32_t stall_sec) {
   if (!active()) return;
   proto::Liveness& l = seg_->liveness;
   const uint64_t real = realtime_ns();
@@ -343,10 +341,10 @@ void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns,
   }
   if (now_ns - last_snapshot_ns_ < kSnapshotNs) return;
   last_snapshot_ns_ = now_ns;
-  const AlgorithmTuning& t = transport.tuning();
+  const AlgorithmTuning& t = in_effect_ != nullptr ? *in_effect_ : config_.tuning;
   if (t.chunk_bytes != agreed_.chunk_bytes || t.small_bytes != agreed_.small_bytes ||
       t.allreduce != agreed_.allreduce || t.endpoints != agreed_.endpoints) {
-    publish_params(config_, transport, false);  // a scheduling round adopted node 0's values
+    publish_params(config_, false);  // a scheduling round adopted node 0's values
   }
   snapshot(now_ns, job, clients, stall_sec);
 }

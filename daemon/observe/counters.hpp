@@ -37,6 +37,9 @@ class CountersPublisher final : public EngineObserver {
   // inactive on failure.
   void open(const DaemonConfig& config, const Transport& transport, const std::string& runtime_dir,
             const std::string& socket_path);
+  // The algorithm tuning in effect (Engine::algorithm_in_effect), shown beside the configured
+  // one; without it the configured one is shown.
+  void watch_algorithm(const AlgorithmTuning* in_effect) { in_effect_ = in_effect; }
   bool active() const { return seg_ != nullptr; }
   const std::string& shm_name() const { return shm_.name(); }
 
@@ -51,10 +54,10 @@ class CountersPublisher final : public EngineObserver {
   void client_accepted();
   void admin_request(bool refused);
   // The settings table: after start and after every accepted `set` (`changed`).
-  void publish_params(const DaemonConfig& config, const Transport& transport, bool changed);
+  void publish_params(const DaemonConfig& config, bool changed);
   // Liveness on every call; the snapshot sections and busbw at most every 100 ms.
   void housekeeping(uint64_t now_ns, uint64_t last_progress_ns, Job* job, const ClientMap& clients,
-                    uint32_t stall_sec, const Transport& transport);
+                    uint32_t stall_sec);
 
   TraceRecorder& trace() { return trace_; }
 
@@ -71,7 +74,8 @@ class CountersPublisher final : public EngineObserver {
   std::string instance_;
   uint64_t last_snapshot_ns_ = 0;
   DaemonConfig config_;     // as last published
-  AlgorithmTuning agreed_;  // the transport's tuning as last published
+  AlgorithmTuning agreed_;  // the tuning in effect as last published
+  const AlgorithmTuning* in_effect_ = nullptr;
   uint64_t generation_ = 0;
   const Job* formed_job_ = nullptr;
   // Completions per client id in the current job, and when each client was first seen.

@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
-#include "session/client_session.hpp"
+#include "net/transport.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/counters.hpp"
 #include "reader.hpp"
-#include "net/transport.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm {
 namespace {
@@ -94,7 +94,6 @@ TEST(CountersSegment, PublisherToReaderRoundTrip) {
   daemon::DaemonConfig config;
   config.instance = "ctl-unit-" + std::to_string(::getpid());
   const std::unique_ptr<daemon::Transport> transport = daemon::make_loopback_transport();
-  transport->set_tuning(config.tuning);
   const std::string name = ipc::counters_shm_name(config.instance);
   {
     daemon::CountersPublisher publisher;
@@ -116,9 +115,9 @@ TEST(CountersSegment, PublisherToReaderRoundTrip) {
     EXPECT_EQ(s.params.generation, 0u);
 
     config.tuning.chunk_bytes = 64 << 10;
-    publisher.publish_params(config, *transport, true);
+    publisher.publish_params(config, true);
     daemon::CountersPublisher::ClientMap none;
-    publisher.housekeeping(123'000'000'000ull, 122'000'000'000ull, nullptr, none, 60, *transport);
+    publisher.housekeeping(123'000'000'000ull, 122'000'000'000ull, nullptr, none, 60);
     s = view.read();
     EXPECT_EQ(s.param("chunk-size"), "64K");
     EXPECT_EQ(s.params.generation, 1u);
@@ -129,7 +128,7 @@ TEST(CountersSegment, PublisherToReaderRoundTrip) {
     EXPECT_EQ(s.ops.total, 0u);
 
     daemon::algorithm_tally().count_ring(5);
-    publisher.housekeeping(124'000'000'000ull, 124'000'000'000ull, nullptr, none, 60, *transport);
+    publisher.housekeeping(124'000'000'000ull, 124'000'000'000ull, nullptr, none, 60);
     s = view.read();
     EXPECT_GE(s.totals.ring_slices, 5u);
     EXPECT_GE(s.totals.ring_allreduces, 1u);

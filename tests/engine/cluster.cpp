@@ -92,7 +92,6 @@ Cluster::Cluster(Layout layout, const std::function<void(daemon::DaemonConfig&)>
     transports_.push_back(layout_.loopback && nodes == 1
                               ? daemon::make_loopback_transport()
                               : daemon::make_inmemory_transport(world_, n));
-    transports_.back()->set_tuning(base.tuning);
   }
   for (uint32_t n = 0; n < nodes; ++n) {
     daemon::DaemonConfig config = base;
