@@ -217,12 +217,17 @@ size_t Daemon::do_work() {
   return work;
 }
 
-size_t Daemon::exchange_notices(Job& job) {
+size_t Daemon::send_notices(Job& job) {
   size_t work = 0;
   for (const auto& [rank, status, text] : engine_.take_notices()) {
     if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, rank, status, text);
     ++work;
   }
+  return work;
+}
+
+size_t Daemon::exchange_notices(Job& job) {
+  size_t work = send_notices(job);
   uint64_t tag = 0;
   uint32_t rank = 0;
   proto::Status status = proto::Status::kPeerLost;
@@ -778,6 +783,9 @@ void Daemon::reap() {
     }
     const bool busy = job_->formation != 0 || engine_.has_inter_node_work();
     if (!any_live && !busy) {
+      // A failure found in this turn's engine pass must still reach the other nodes: their
+      // ranks would otherwise wait for their timeout.
+      send_notices(*job_);
       if (job_->state != Job::State::kAttaching) NC_LOG(kInfo, "job {} ended", job_->name);
       for (ClientSession* member : job_->members) {
         if (member != nullptr) member->job = nullptr;

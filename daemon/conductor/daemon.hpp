@@ -12,16 +12,16 @@
 #include <memory>
 #include <string>
 
-#include "session/client_session.hpp"
 #include "config/config.hpp"
-#include "observe/counters.hpp"
 #include "engine/engine.hpp"
 #include "engine/job.hpp"
+#include "engine/staging.hpp"
+#include "net/transport.hpp"
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/control.hpp"
-#include "engine/staging.hpp"
-#include "net/transport.hpp"
+#include "observe/counters.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::daemon {
 
@@ -54,7 +54,9 @@ class Daemon {
   size_t do_work();
   // --allow-uids / --allow-groups: may this peer join a job that another uid started?
   bool may_join_others(const ClientSession& client) const;
-  // Failure notices to and from the other daemons of the job.
+  // Failure notices to and from the other daemons of the job: send_notices hands the engine's
+  // to the others, exchange_notices does that and applies theirs.
+  size_t send_notices(Job& job);
   size_t exchange_notices(Job& job);
   size_t service_sockets(int timeout_ms);
   void accept_clients();

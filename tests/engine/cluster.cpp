@@ -122,9 +122,8 @@ std::vector<std::string> Cluster::run(const std::function<void(Rank&)>& body, bo
   std::vector<std::string> failures;
   const std::string job = fmt::format("job{}", jobs_++);
   std::vector<std::thread> threads;
-  // Every rank finalizes only once every rank is done: a daemon whose ranks all finalize ends
-  // the job, and with it any failure notice its engine had not yet sent (see
-  // DISABLED_NoticeOutlivesJob in engine_errors_test.cpp).
+  // Every rank finalizes only once every rank is done, unless `together` is false (see
+  // NoticeOutlivesJob in engine_errors_test.cpp, the race that finalizing apart once exposed).
   std::latch finished(static_cast<std::ptrdiff_t>(layout_.world_size()));
   uint32_t world_rank = 0;
   for (uint32_t n = 0; n < layout_.ranks.size(); ++n) {
