@@ -104,8 +104,8 @@ TransportHandle InterNode::start_exchange(NodeComm comm, void* records, size_t b
   return run(make_record_exchange(p2p, tag_base, records, bytes), p2p);
 }
 
-TransportHandle InterNode::start_chunked(NodeComm comm, std::vector<Transfer> sends,
-                                         std::vector<Transfer> recvs) {
+TransportHandle InterNode::start_chunked(NodeComm comm, const std::vector<Transfer>& sends,
+                                         const std::vector<Transfer>& recvs) {
   PointToPoint& p2p = net_.p2p(comm);
   Group& g = group(comm);
   const int tag = static_cast<int>(g.started++ % tag_windows(p2p)) * kTagsPerOperation;
@@ -129,7 +129,7 @@ TransportHandle InterNode::start_alltoallv(NodeComm comm, const void* send,
     sends.push_back({n, out + sdispls[n], sbytes[n]});
     recvs.push_back({n, in + rdispls[n], rbytes[n]});
   }
-  return start_chunked(comm, std::move(sends), std::move(recvs));
+  return start_chunked(comm, sends, recvs);
 }
 
 // The collectives below go native whenever every count fits one native call; otherwise as
@@ -150,7 +150,7 @@ TransportHandle InterNode::start_broadcast(NodeComm comm, void* buffer, size_t b
   } else {
     recvs.push_back({root_node, data, bytes});
   }
-  return start_chunked(comm, std::move(sends), std::move(recvs));
+  return start_chunked(comm, sends, recvs);
 }
 
 TransportHandle InterNode::start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
@@ -168,7 +168,7 @@ TransportHandle InterNode::start_allgatherv(NodeComm comm, void* buffer, std::ve
     sends.push_back({n, base + displs[me], bytes[me]});
     recvs.push_back({n, base + displs[n], bytes[n]});
   }
-  return start_chunked(comm, std::move(sends), std::move(recvs));
+  return start_chunked(comm, sends, recvs);
 }
 
 TransportHandle InterNode::start_rooted_chunked(NodeComm comm, uint8_t* base,
@@ -185,8 +185,7 @@ TransportHandle InterNode::start_rooted_chunked(NodeComm comm, uint8_t* base,
   } else {
     at_leaf.push_back({root_node, base + displs[me], bytes[me]});
   }
-  return to_root ? start_chunked(comm, std::move(at_leaf), std::move(at_root))
-                 : start_chunked(comm, std::move(at_root), std::move(at_leaf));
+  return to_root ? start_chunked(comm, at_leaf, at_root) : start_chunked(comm, at_root, at_leaf);
 }
 
 TransportHandle InterNode::start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,

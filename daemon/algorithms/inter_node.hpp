@@ -95,8 +95,8 @@ class InterNode {
   TransportHandle run(std::unique_ptr<AllreduceAlgorithm> algorithm, PointToPoint& net);
   // Point-to-point transfers of any size on the group's lanes (chunked_transfers.hpp), with a
   // tag window of their own like every other point-to-point operation.
-  TransportHandle start_chunked(NodeComm comm, std::vector<struct Transfer> sends,
-                                std::vector<struct Transfer> recvs);
+  TransportHandle start_chunked(NodeComm comm, const std::vector<struct Transfer>& sends,
+                                const std::vector<struct Transfer>& recvs);
   // gatherv (to_root) and scatterv beyond the native counts: each node's block travels between
   // it and the root as chunked point-to-point messages.
   TransportHandle start_rooted_chunked(NodeComm comm, uint8_t* base,

@@ -30,6 +30,7 @@ void MpiNotices::send(uint64_t tag, uint32_t rank, proto::Status status, const s
   n.rank = rank;
   n.status = static_cast<int32_t>(status);
   std::snprintf(n.text, sizeof(n.text), "%s", text.c_str());
+  // NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker): poll() tests every sent notice.
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     auto sent = std::make_unique<SentNotice>();
@@ -39,6 +40,7 @@ void MpiNotices::send(uint64_t tag, uint32_t rank, proto::Status status, const s
       sent_.push_back(std::move(sent));
     }
   }
+  // NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
 }
 
 bool MpiNotices::poll(uint64_t& tag, uint32_t& rank, proto::Status& status, std::string& text) {

@@ -283,6 +283,7 @@ class MpiTransport final : public Transport {
     const size_t elem = proto::dtype_size(dtype);
     // As chunked_transfers' message_count: every call but the last is full.
     const size_t calls = std::max<size_t>((count + max_count_ - 1) / max_count_, 1);
+    // NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker): test() advances every request.
     for (size_t i = 0; i < calls; ++i) {
       uint8_t* at = data + i * max_count_ * elem;
       const size_t n = std::min(max_count_, count - std::min(count, i * max_count_));
@@ -297,6 +298,7 @@ class MpiTransport final : public Transport {
         p.more.push_back(r);
       }
     }
+    // NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
   }
   TransportHandle remember(Pending pending) {
     const TransportHandle handle = next_++;
