@@ -9,13 +9,13 @@
 #include <cstdlib>
 #include <exception>
 
-#include "nodecommd/affinity.hpp"
-#include "config/config.hpp"
 #include "conductor/daemon.hpp"
-#include "config/log.hpp"
 #include "conductor/notify.hpp"
+#include "config/log.hpp"
 #include "kernels/reduce.hpp"
 #include "net/transport.hpp"
+#include "nodecommd/affinity.hpp"
+#include "nodecommd/parse_config.hpp"
 
 namespace {
 std::atomic<bool> g_stop{false};

@@ -1,4 +1,4 @@
-#include "config/config.hpp"
+#include "nodecommd/parse_config.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
