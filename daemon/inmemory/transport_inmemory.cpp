@@ -31,7 +31,6 @@ enum class NativeKind : uint8_t {
   kGatherv,
   kScatterv,
   kBarrier,
-  kAllgather,
   kSplit
 };
 
@@ -55,8 +54,6 @@ const char* kind_name(NativeKind k) {
       return "scatterv";
     case NativeKind::kBarrier:
       return "barrier";
-    case NativeKind::kAllgather:
-      return "allgather";
     default:
       return "split";
   }
@@ -64,9 +61,8 @@ const char* kind_name(NativeKind k) {
 
 struct Post {
   NativeKind kind = NativeKind::kBarrier;
-  uint8_t* buffer = nullptr;      // in place; allgather's receive
-  const uint8_t* send = nullptr;  // allgather only
-  size_t count = 0;               // elements (reductions) or bytes
+  uint8_t* buffer = nullptr;  // in place
+  size_t count = 0;           // elements (reductions) or bytes
   proto::DType dtype = proto::DType::kU8;
   proto::RedOp op = proto::RedOp::kSum;
   uint32_t root = 0;
@@ -374,13 +370,6 @@ void compute(NativeSlot& slot, const InMemoryGroup& group) {
       for (size_t to = 0; to < n; ++to) {
         if (to == a.root) continue;
         std::memcpy(p[to].buffer + a.displs[to], p[a.root].buffer + a.displs[to], a.sizes[to]);
-      }
-      break;
-    case NativeKind::kAllgather:
-      for (size_t from = 0; from < n; ++from) {
-        for (size_t to = 0; to < n; ++to) {
-          std::memmove(p[to].buffer + from * a.count, p[from].send, a.count);
-        }
       }
       break;
     case NativeKind::kSplit:
