@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
+# Ninja for a new build directory, as tools/test.sh (the two share it).
+command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target nodecommd nodecomm-launch nodecomm-bench
 BIN=$BUILD_DIR/bin

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets (tests/fuzz) with clang, libFuzzer, ASan and UBSan in their own build
-# directory, runs one for a bounded time, and prints how many inputs ran.
+# Builds the fuzz targets (tests/fuzz) with clang, libFuzzer, ASan and UBSan (a clang ASan build
+# of the project: NODECOMM_FUZZ), runs one for a bounded time, and prints how many inputs ran.
 #   bash tools/fuzz.sh                 # the descriptor and ring decoder, 60 s, from the
-#                                      # checked-in seed corpus tests/fuzz/corpus (CI runs this)
+#                                      # checked-in seed corpus tests/fuzz/corpus
 #   bash tools/fuzz.sh 600             # longer
 #   bash tools/fuzz.sh 60 session      # the daemon's ClientSession over a segment whose header,
 #                                      # doorbells and ring lines the client scribbles, from
@@ -10,11 +10,12 @@
 #   bash tools/fuzz.sh 60 crossrank    # one operation as all of its ranks (1-4, on 1-4 nodes)
 #                                      # submitted it: intake, matching and the cross-node
 #                                      # check, from tests/fuzz/corpus-crossrank
-# Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_CXX (default clang++), FUZZ_JOBS
+# Environment: FUZZ_BUILD_DIR (default build-fuzz; an existing clang ASan build, such as
+# tools/sanitize.sh's build-asan, is used as it is), FUZZ_CXX (default clang++), FUZZ_JOBS
 # (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
 # Exit status: 0 if no input crashed, hung or tripped a sanitizer or an oracle; 1 if one did
 # (the reproducer is under $FUZZ_BUILD_DIR/artifacts/, replay it with
-# `$FUZZ_BUILD_DIR/nodecomm_<target>_fuzz FILE`); 77 if clang or libFuzzer is missing (a CTest
+# `$FUZZ_BUILD_DIR/bin/nodecomm_<target>_fuzz FILE`); 77 if clang or libFuzzer is missing (a CTest
 # skip; tools/install-deps.sh installs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,17 @@ if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe_dir/probe.cpp" -o "$prob
   exit 77
 fi
 
-cmake -S tests/fuzz -B "$build" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  # -O1 (not tools/sanitize.sh's -O0): inputs per second matter here. Highway's kernels for
+  # AVX2 and the baseline only, as tools/sanitize.sh --ci.
+  command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
+  cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="${cxx/clang++/clang}" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+    -DBUILD_TESTING=ON -DNODECOMM_SANITIZE=address,undefined -DNODECOMM_FUZZ=ON \
+    -DCMAKE_CXX_FLAGS=-DHWY_DISABLED_TARGETS=6528 >/dev/null
+fi
+grep -q '^NODECOMM_FUZZ:BOOL=ON' "$build/CMakeCache.txt" ||
+  { echo "fuzz: $build is not a clang ASan build with NODECOMM_FUZZ=ON" >&2; exit 2; }
 cmake --build "$build" -j "${FUZZ_JOBS:-2}" --target "nodecomm_${target}_fuzz" >/dev/null
 
 # New inputs go to the build directory's corpus; the checked-in seeds are only read.
@@ -59,7 +70,7 @@ set +e
 # shellcheck disable=SC2086  # FUZZ_ARGS is a list of flags
 ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1} \
   UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-  "$build/nodecomm_${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  "$build/bin/nodecomm_${target}_fuzz" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
   -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" ${FUZZ_ARGS:-} \
   "$work" "$seeds" >"$log" 2>&1
 rc=$?

@@ -9,7 +9,7 @@ set -euo pipefail
 # neither `file` nor procps. The list was checked against such a root: every program the tests,
 # tools/test.sh and tools/sanitize.sh run comes from it or from an Essential package.
 PACKAGES=(
-  build-essential cmake pkg-config git file
+  build-essential cmake ninja-build pkg-config git file
   openmpi-bin libopenmpi-dev
   libboost-dev libhwloc-dev libnuma-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev

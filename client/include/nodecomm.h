@@ -40,8 +40,17 @@ extern "C" {
 #define NODECOMM_VERSION_MAJOR 0
 #define NODECOMM_VERSION_MINOR 1
 
+/* C++ sees the enums with their C representation (int) as a fixed underlying type, so that any
+ * int a C caller passes is a valid value to test and reject, not undefined behaviour in the
+ * library (an enum without one holds only its enumerators' bit range). */
+#ifdef __cplusplus
+#define NC_ENUM(name) enum name : int
+#else
+#define NC_ENUM(name) enum name
+#endif
+
 /* Status codes. The values equal nodecomm::proto::Status. */
-typedef enum nc_status {
+typedef NC_ENUM(nc_status) {
   NC_OK = 0,
   NC_ERR_INVALID_ARGUMENT = 1, /* an argument is outside its domain */
   NC_ERR_OUT_OF_RANGE = 2,     /* a buffer lies outside the arena */
@@ -60,7 +69,7 @@ typedef enum nc_status {
 } nc_status_t;
 
 /* Element types. f16 and bf16 are accumulated in f32 and rounded once. */
-typedef enum nc_dtype {
+typedef NC_ENUM(nc_dtype) {
   NC_F32 = 0,
   NC_F64 = 1,
   NC_I32 = 2,
@@ -72,7 +81,7 @@ typedef enum nc_dtype {
 } nc_dtype_t;
 
 /* Reduction operations. Integer sums and products wrap modulo 2^bits. */
-typedef enum nc_redop { NC_SUM = 0, NC_PROD = 1, NC_MIN = 2, NC_MAX = 3, NC_AVG = 4 } nc_redop_t;
+typedef NC_ENUM(nc_redop) { NC_SUM = 0, NC_PROD = 1, NC_MIN = 2, NC_MAX = 3, NC_AVG = 4 } nc_redop_t;
 
 typedef struct nc_context nc_context_t; /* opaque */
 typedef uint64_t nc_request_t;          /* 0 is never a valid request */
@@ -95,7 +104,7 @@ typedef struct nc_init_options {
 
 /* How an allreduce's data crosses the network between nodes (f32 allreduce only; the node's
  * ranks are always summed exactly in f32 first). */
-typedef enum nc_compress {
+typedef NC_ENUM(nc_compress) {
   NC_COMPRESS_NONE = 0,
   NC_COMPRESS_BF16 = 1, /* bfloat16 on the wire, accumulated in f32; half the bytes */
   NC_COMPRESS_F16 = 2,  /* IEEE binary16 on the wire, accumulated in f32; half the bytes */

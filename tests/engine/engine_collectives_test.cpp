@@ -56,16 +56,15 @@ TEST_P(EngineTest, AllreduceDtypesOpsCounts) {
 // f16 and bf16, which the engine widens to f32 for the reduction and rounds back once: small
 // integers are exact in both, so every element has one right answer.
 uint16_t to_half(float v, nc_dtype_t dtype) {
-  uint16_t bits = 0;
-  if (dtype == NC_BF16) {
-    uint32_t f = 0;
-    std::memcpy(&f, &v, sizeof(f));
-    bits = static_cast<uint16_t>(f >> 16);  // exact: the low half is zero for these values
-  } else {
-    const _Float16 h = static_cast<_Float16>(v);
-    std::memcpy(&bits, &h, sizeof(bits));
-  }
-  return bits;
+  uint32_t f = 0;
+  std::memcpy(&f, &v, sizeof(f));
+  if (dtype == NC_BF16) return static_cast<uint16_t>(f >> 16);  // exact: low half is zero
+  // binary16 by rebiasing the exponent (127 - 15): exact for these small integers, whose
+  // mantissa's low 13 bits are zero; no _Float16, which clang 14 lacks on x86.
+  const uint32_t sign = (f >> 16) & 0x8000U;
+  if ((f & 0x7fffffffU) == 0) return static_cast<uint16_t>(sign);
+  const uint32_t exponent = ((f >> 23) & 0xffU) - 112U;
+  return static_cast<uint16_t>(sign | (exponent << 10) | ((f & 0x7fffffU) >> 13));
 }
 
 TEST_P(EngineTest, AllreduceHalfPrecision) {

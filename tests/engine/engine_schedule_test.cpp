@@ -55,7 +55,10 @@ using SchedParam = std::tuple<proto::PriorityPolicy, bool>;
 class SchedulerTest : public ::testing::TestWithParam<SchedParam> {};
 
 TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
-  const auto [policy, fusion] = GetParam();
+  // Plain variables, not a structured binding: the lambda below captures them (C++20, which
+  // clang 14 does not implement).
+  const proto::PriorityPolicy policy = std::get<0>(GetParam());
+  const bool fusion = std::get<1>(GetParam());
   Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
     c.sched.policy = policy;
     c.sched.fusion = fusion;

@@ -9,7 +9,7 @@ BIN=$1 PYTHON=$2 EXAMPLE=$3
 T=$(mktemp -d /tmp/nodecomm-ddp-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 # Small batches: the comparison needs the 10.5M-parameter model, not heavy compute.
-ARGS=(--steps 20 --seed 7 --batch 4 --lr 0.05 --quiet)
+ARGS=(--steps 8 --seed 7 --batch 4 --lr 0.05 --quiet)
 for mode in nodecomm nodecomm-whole gloo; do
   extra=()
   [ "$mode" = gloo ] && extra=(--reference gloo)
