@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# Sanitizer runs: the tests (real daemons and clients) under ASan+UBSan, the fuzzers, and the
-# ring tests under TSan.
+# Sanitizer runs: the tests (real daemons and clients) under ASan+UBSan, and the ring tests
+# under TSan. (The fuzzers have their own build: tools/fuzz.sh.)
 #   bash tools/sanitize.sh          # every test under ASan+UBSan (slow)
 #   bash tools/sanitize.sh --ci     # what the test command runs (tools/test.sh): the unit and
 #                                   # engine tests, the real-process tests labelled sanitize,
-#                                   # 30 s of libFuzzer, a 10 s soak, and the ring tests
-#                                   # under TSan
+#                                   # a 10 s soak, and the ring tests under TSan
 # Environment: JOBS (build parallelism, default nproc), SAN_CXX (default clang++: its -O0 build
-# takes two thirds of g++'s time, and libFuzzer needs it; g++ works, without the fuzzers).
+# takes two thirds of g++'s time, and its UBSan checks more, such as enum values; g++ works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -24,8 +23,7 @@ SAN_CC=${SAN_CC/g++/gcc}
 SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O0 -g1"
            "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O0 -g1" -DNODECOMM_HOT_OPT=-O1 -DBUILD_TESTING=ON
            -DCMAKE_CXX_COMPILER="$SAN_CXX" -DCMAKE_C_COMPILER="$SAN_CC")
-# What --ci builds: the programs behind the unit and engine tests and behind label sanitize,
-# and the fuzzers (a clang build).
+# What --ci builds: the programs behind the unit and engine tests and behind label sanitize.
 CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_api_tests
             nodecomm_engine_tests nodecomm_utility_tests ctl_counters_test
             allreduce_check collectives_check cpp_api_check schedule_check error_paths
@@ -41,10 +39,7 @@ HWY_FLAGS=""
 cmake -S . -B build-asan "${SAN_FLAGS[@]}" -DNODECOMM_SANITIZE=address,undefined \
   "-DCMAKE_CXX_FLAGS=$HWY_FLAGS" >/dev/null
 if [ "$MODE" = --ci ]; then
-  fuzzers=()
-  grep -q '^NODECOMM_FUZZ:BOOL=ON' build-asan/CMakeCache.txt &&
-    fuzzers=(nodecomm_decoder_fuzz nodecomm_session_fuzz nodecomm_crossrank_fuzz)
-  cmake --build build-asan -j "${JOBS:-$(nproc)}" --target "${CI_TARGETS[@]}" "${fuzzers[@]}"
+  cmake --build build-asan -j "${JOBS:-$(nproc)}" --target "${CI_TARGETS[@]}"
 else
   cmake --build build-asan -j "${JOBS:-$(nproc)}"
 fi
@@ -58,7 +53,6 @@ if [ "$MODE" = --ci ]; then
   (cd build-asan && ctest --output-on-failure --timeout 400 -L 'unit|engine' -j 2)
   # Two at a time, as the Release pass: those with deadlines are RUN_SERIAL.
   (cd build-asan && ctest --output-on-failure --timeout 400 -L sanitize -LE full -j 2)
-  (cd build-asan && ctest --output-on-failure --timeout 400 -L fuzz -LE full)
   # Every result checked; leaks are LeakSanitizer's to find at exit, since ASan's quarantine
   # makes the daemons' RSS grow by design.
   echo "== soak under ASan+UBSan: 10 s on 2x2"
