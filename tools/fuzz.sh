@@ -10,8 +10,8 @@
 #   bash tools/fuzz.sh 60 crossrank    # one operation as all of its ranks (1-4, on 1-4 nodes)
 #                                      # submitted it: intake, matching and the cross-node
 #                                      # check, from tests/fuzz/corpus-crossrank
-# Environment: FUZZ_BUILD_DIR (default build-fuzz; an existing clang ASan build, such as
-# tools/sanitize.sh's build-asan, is used as it is), FUZZ_CXX (default clang++), FUZZ_JOBS
+# Environment: FUZZ_BUILD_DIR (default build-fuzz; an existing clang ASan build configured with
+# NODECOMM_FUZZ=ON is used as it is), FUZZ_CXX (default clang++), FUZZ_JOBS
 # (build parallelism, default 2), FUZZ_ARGS (extra libFuzzer flags).
 # Exit status: 0 if no input crashed, hung or tripped a sanitizer or an oracle; 1 if one did
 # (the reproducer is under $FUZZ_BUILD_DIR/artifacts/, replay it with
