@@ -13,7 +13,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   libboost-dev libhwloc-dev libnuma-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev libhwy-dev libxxhash-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libhwy-dev libxxhash-dev libgloo-dev
   iproute2 procps util-linux passwd gnuplot-nox
   systemd
   clang libclang-rt-dev

@@ -104,6 +104,7 @@ run_sigterm() {  # backend
 start=$(date +%s)
 run_bench nodecomm
 run_bench mpi
+run_bench gloo
 run_sigterm nodecomm
 run_sigterm mpi
 echo "netsim: $failures failure(s) in $(($(date +%s) - start)) s"

@@ -129,5 +129,10 @@ struct NodecommBackendOptions {
 // Both attach/initialise immediately and throw BackendError on failure.
 std::unique_ptr<Backend> make_nodecomm_backend(const NodecommBackendOptions& options);
 std::unique_ptr<Backend> make_mpi_backend();
+// Gloo's collectives over its TCP transport. Rank and size from mpirun's environment
+// (OMPI_COMM_WORLD_RANK/SIZE) or torchrun's (RANK/WORLD_SIZE); rendezvous through a file store
+// in $NODECOMM_GLOO_STORE (nodecomm-launch sets it; under a plain mpirun a directory in $TMPDIR
+// named after the job); the interface from $GLOO_SOCKET_IFNAME, as torch reads it.
+std::unique_ptr<Backend> make_gloo_backend();
 
 }  // namespace nodecomm::bench

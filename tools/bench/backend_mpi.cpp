@@ -16,17 +16,11 @@
 
 #include "backend.hpp"
 #include "check.hpp"
+#include "host_reduce.hpp"
+#include "launch_env.hpp"
 
 namespace nodecomm::bench {
 namespace {
-
-bool is_integer(nc_dtype_t dtype) {
-  return dtype == NC_I32 || dtype == NC_I64 || dtype == NC_I8 || dtype == NC_U8;
-}
-
-bool is_half(nc_dtype_t dtype) {
-  return dtype == NC_F16 || dtype == NC_BF16;
-}
 
 // The MPI type of a dtype. MPI has no 16-bit floating-point type: f16 and bf16 travel as
 // MPI_UINT16_T, and reductions on them use the operations of HalfOps.
@@ -67,51 +61,10 @@ MPI_Op mpi_op(nc_redop_t op) {
   return MPI_OP_NULL;
 }
 
-template <class T>
-void divide(void* data, size_t count, int n) {
-  T* p = static_cast<T*>(data);
-  const T divisor = static_cast<T>(n);
-  for (size_t i = 0; i < count; ++i) p[i] /= divisor;
-}
-
-// 16-bit floats: widened to float, combined and rounded back, element by element. That rounds
-// at every step where nodecomm rounds once, which makes no difference for the benchmark's
-// exact patterns (check.hpp) and is as close as MPI gets.
-template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t), nc_redop_t Op>
+// MPI's user operation for f16 and bf16 (inout = in OP inout).
+template <nc_dtype_t Dtype, nc_redop_t Op>
 void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
-  const uint16_t* a = static_cast<const uint16_t*>(in);
-  uint16_t* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    const float x = Widen(a[i]);
-    const float y = Widen(b[i]);
-    float r = 0;
-    if constexpr (Op == NC_SUM || Op == NC_AVG) r = x + y;
-    if constexpr (Op == NC_PROD) r = x * y;
-    if constexpr (Op == NC_MIN) r = x < y ? x : y;
-    if constexpr (Op == NC_MAX) r = x > y ? x : y;
-    b[i] = Narrow(r);
-  }
-}
-
-template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t)>
-void divide_half(void* data, size_t count, int n) {
-  uint16_t* p = static_cast<uint16_t*>(data);
-  for (size_t i = 0; i < count; ++i) p[i] = Narrow(Widen(p[i]) / static_cast<float>(n));
-}
-
-void divide_average(void* data, size_t count, nc_dtype_t dtype, int n) {
-  switch (dtype) {
-    case NC_F32:
-      return divide<float>(data, count, n);
-    case NC_F64:
-      return divide<double>(data, count, n);
-    case NC_F16:
-      return divide_half<f32_to_f16, f16_to_f32>(data, count, n);
-    case NC_BF16:
-      return divide_half<f32_to_bf16, bf16_to_f32>(data, count, n);
-    default:
-      return;  // rejected up front (reject())
-  }
+  combine(Dtype, Op, inout, in, inout, static_cast<size_t>(*len));
 }
 
 std::string mpi_error(const char* call, int code) {
@@ -139,24 +92,6 @@ std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name
     out.push_back(static_cast<int>(v));
   }
   return out;
-}
-
-// An index in [0, max) from the environment; -1 when unset or anything else.
-int env_index(const char* name, int max) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return -1;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  return *end == '\0' && value >= 0 && value < max ? static_cast<int>(value) : -1;
-}
-
-// A count in [1, max] from the environment; 0 when unset or anything else.
-int env_count(const char* name, int max) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  return *end == '\0' && value >= 1 && value <= max ? static_cast<int>(value) : 0;
 }
 
 class MpiBackend final : public Backend {
@@ -187,11 +122,10 @@ class MpiBackend final : public Backend {
     // Under nodecomm-launch --backend mpi every simulated node is this one machine to MPI;
     // the launcher says how many nodes the ranks stand for, and that is what is reported
     // (and what the link efficiency divides by).
-    if (const int nodes = env_count("NODECOMM_NODES", size_); nodes > 0) {
-      nodes_ = nodes;
-      local_size_ = env_count("NODECOMM_LOCAL_SIZE", size_);
-      if (local_size_ == 0) local_size_ = (size_ + nodes_ - 1) / nodes_;
-      if (const int node = env_index("NODECOMM_NODE", nodes); node >= 0) node_index_ = node;
+    if (const LaunchLayout layout = launch_layout(size_); layout.nodes > 0) {
+      nodes_ = layout.nodes;
+      local_size_ = layout.local_size;
+      if (layout.node >= 0) node_index_ = layout.node;
     }
     // From here on errors are returned, so that the report can say which size and iteration
     // failed; finalize(false) then aborts the job so that no peer is left waiting.
@@ -431,25 +365,25 @@ class MpiBackend final : public Backend {
     const int which = (dtype == NC_BF16 ? 5 : 0) + static_cast<int>(op);
     MPI_Op& slot = half_ops_.at(static_cast<size_t>(which));
     if (slot == MPI_OP_NULL) {
-      MPI_User_function* fn = dtype == NC_F16 ? half_function<f32_to_f16, f16_to_f32>(op)
-                                              : half_function<f32_to_bf16, bf16_to_f32>(op);
+      MPI_User_function* fn =
+          dtype == NC_F16 ? half_function<NC_F16>(op) : half_function<NC_BF16>(op);
       check_mpi("MPI_Op_create", MPI_Op_create(fn, /*commute=*/1, &slot));
     }
     return slot;
   }
 
-  template <uint16_t (*Narrow)(float), float (*Widen)(uint16_t)>
+  template <nc_dtype_t Dtype>
   static MPI_User_function* half_function(nc_redop_t op) {
     switch (op) {
       case NC_SUM:
       case NC_AVG:  // divided afterwards, like the other types
-        return &half_op<Narrow, Widen, NC_SUM>;
+        return &half_op<Dtype, NC_SUM>;
       case NC_PROD:
-        return &half_op<Narrow, Widen, NC_PROD>;
+        return &half_op<Dtype, NC_PROD>;
       case NC_MIN:
-        return &half_op<Narrow, Widen, NC_MIN>;
+        return &half_op<Dtype, NC_MIN>;
       case NC_MAX:
-        return &half_op<Narrow, Widen, NC_MAX>;
+        return &half_op<Dtype, NC_MAX>;
     }
     throw BackendError(fmt::format("no MPI operation for redop {}", static_cast<int>(op)));
   }

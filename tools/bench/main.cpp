@@ -149,8 +149,9 @@ Config to_config(const Flags& f, const CLI::App& app) {
 int bench_main(int argc, char** argv) {
   CLI::App app{
       "nodecomm-bench: collective latency and bandwidth, nccl-tests style.\n"
-      "With --backend nodecomm run it under nodecomm-launch; with --backend mpi under\n"
-      "mpirun. Rank 0 prints the table; times are per iteration, averaged over ranks.\n"
+      "With --backend nodecomm run it under nodecomm-launch; with --backend mpi or gloo\n"
+      "under nodecomm-launch --backend mpi|gloo, or mpirun. Rank 0 prints the table; times are per "
+      "iteration, averaged over ranks.\n"
       "Sizes, counts and busbw follow nccl-tests: `size` is the larger of the send and\n"
       "receive buffer, `count` the count argument of the call (per rank for\n"
       "reduce_scatter, allgather, gather, scatter and alltoall; nominal per rank for\n"
@@ -200,9 +201,10 @@ int bench_main(int argc, char** argv) {
   app.add_option("--json", f.json, "Also write one JSON object per size to FILE (JSON Lines)")
       ->type_name("FILE");
   app.add_option("--backend", f.backend,
-                 "nodecomm (under nodecomm-launch) or mpi (under mpirun, or nodecomm-launch "
-                 "--backend mpi); default: $NODECOMM_BACKEND, else nodecomm")
-      ->check(CLI::IsMember({"nodecomm", "mpi"}));
+                 "nodecomm (under nodecomm-launch), mpi (under mpirun, or nodecomm-launch "
+                 "--backend mpi) or gloo (Gloo's collectives over TCP, under nodecomm-launch "
+                 "--backend gloo or mpirun); default: $NODECOMM_BACKEND, else nodecomm")
+      ->check(CLI::IsMember({"nodecomm", "mpi", "gloo"}));
   app.add_option("--link-rate", f.link_rate,
                  "Each node's link rate, tc-style (1gbit, 500mbit, 100mbps = bytes/s); default: "
                  "$NODECOMM_LINK_RATE. Adds allreduce's link efficiency, algbw x 2(N-1)/N / "
@@ -227,9 +229,9 @@ int bench_main(int argc, char** argv) {
     if (f.backend.empty()) {
       f.backend = env_or_empty("NODECOMM_BACKEND");
       if (f.backend.empty()) f.backend = "nodecomm";
-      if (f.backend != "nodecomm" && f.backend != "mpi") {
+      if (f.backend != "nodecomm" && f.backend != "mpi" && f.backend != "gloo") {
         throw CLI::ValidationError("NODECOMM_BACKEND",
-                                   fmt::format("'{}' is not nodecomm or mpi", f.backend));
+                                   fmt::format("'{}' is not nodecomm, mpi or gloo", f.backend));
       }
     }
     if (f.link_rate.empty()) {
@@ -240,7 +242,7 @@ int bench_main(int argc, char** argv) {
     }
     config = to_config(f, app);
     // Also sets the daemon's runtime parameters in the environment, for nc_init.
-    mode = nodecomm::bench::resolve_run_mode(xf, app, f.backend == "mpi", config);
+    mode = nodecomm::bench::resolve_run_mode(xf, app, f.backend, config);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -254,6 +256,8 @@ int bench_main(int argc, char** argv) {
   try {
     if (f.backend == "mpi") {
       backend = nodecomm::bench::make_mpi_backend();
+    } else if (f.backend == "gloo") {
+      backend = nodecomm::bench::make_gloo_backend();
     } else {
       nodecomm::bench::NodecommBackendOptions options;
       options.arena_bytes = mode.arena_bytes;

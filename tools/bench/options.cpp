@@ -93,7 +93,7 @@ void add_extra_flags(CLI::App& app, ExtraFlags& f) {
       ->capture_default_str();
 }
 
-RunSettings apply_runtime_settings(const ExtraFlags& f, nc_compress_t compress, bool mpi_backend) {
+RunSettings apply_runtime_settings(const ExtraFlags& f, nc_compress_t compress, bool baseline) {
   if (!f.priority_policy.empty()) setenv("NODECOMM_PRIORITY_POLICY", f.priority_policy.c_str(), 1);
   if (!f.fusion.empty()) setenv("NODECOMM_FUSION", f.fusion.c_str(), 1);
   if (!f.fusion_threshold.empty()) {
@@ -105,8 +105,8 @@ RunSettings apply_runtime_settings(const ExtraFlags& f, nc_compress_t compress, 
     setenv("NODECOMM_FUSION_CYCLE_US", std::to_string(f.fusion_cycle_us).c_str(), 1);
   }
   RunSettings s;
-  if (mpi_backend) {
-    // Open MPI has no such settings and no compression.
+  if (baseline) {
+    // Open MPI and Gloo have no such settings and no compression.
     s.priority_policy = "n/a";
     s.fusion = "n/a";
     s.compress = NC_COMPRESS_NONE;
@@ -120,7 +120,9 @@ RunSettings apply_runtime_settings(const ExtraFlags& f, nc_compress_t compress, 
   return s;
 }
 
-RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, bool mpi, Config& config) {
+RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, std::string_view backend,
+                         Config& config) {
+  const bool baseline = backend != "nodecomm";
   RunMode m;
   m.arena_bytes = 0;
   if (f.soak_sec > 0) {
@@ -137,7 +139,7 @@ RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, bool mpi, Con
     m.soak.max_bytes = *parse_bytes(f.soak_max_bytes);
     m.soak.memory_check = !f.soak_no_memory_check;
     m.arena_bytes = soak_arena_bytes(m.soak);
-    apply_runtime_settings(f, NC_COMPRESS_NONE, mpi);
+    apply_runtime_settings(f, NC_COMPRESS_NONE, baseline);
     return m;
   }
   for (const char* flag : {"--soak-seed", "--soak-max-bytes", "--soak-no-memory-check"}) {
@@ -177,13 +179,15 @@ RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, bool mpi, Con
   if (sweep && compress != NC_COMPRESS_NONE && config.collective != Collective::kAllreduce) {
     throw CLI::ValidationError("--compress", "applies to --op allreduce only");
   }
-  if (sweep && f.batch > 1 && mpi && config.collective != Collective::kAllreduce) {
+  // Gloo's calls are posted to its worker thread, whatever the collective; MPI's are not.
+  if (sweep && f.batch > 1 && backend == "mpi" && config.collective != Collective::kAllreduce) {
     throw CLI::ValidationError("--batch", "with --backend mpi supports --op allreduce only");
   }
-  if (mpi && compress != NC_COMPRESS_NONE) {
-    m.note = fmt::format("--compress {} ignored: the mpi backend sends f32 as it is", f.compress);
+  if (baseline && compress != NC_COMPRESS_NONE) {
+    m.note = fmt::format("--compress {} ignored: the {} backend sends f32 as it is", f.compress,
+                         backend);
   }
-  m.workload.settings = m.probe.settings = apply_runtime_settings(f, compress, mpi);
+  m.workload.settings = m.probe.settings = apply_runtime_settings(f, compress, baseline);
   const RunSettings& settings = m.workload.settings;
   if (sweep) {
     config.batch = f.batch;

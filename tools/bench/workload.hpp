@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "soak.hpp"
 #include "bench.hpp"
 #include "nodecomm.h"
+#include "soak.hpp"
 
 namespace CLI {
 class App;
@@ -125,8 +125,8 @@ void add_extra_flags(CLI::App& app, ExtraFlags& flags);
 // Sets NODECOMM_PRIORITY_POLICY, NODECOMM_FUSION, NODECOMM_FUSION_THRESHOLD and
 // NODECOMM_FUSION_CYCLE_US for the flags given (before nc_init, which sends them to the
 // daemon) and returns what the records report.
-RunSettings apply_runtime_settings(const ExtraFlags& flags, nc_compress_t compress,
-                                   bool mpi_backend);
+// `baseline`: a backend without the daemon (mpi, gloo), which has none of these settings.
+RunSettings apply_runtime_settings(const ExtraFlags& flags, nc_compress_t compress, bool baseline);
 
 // What a run does, from all flags; fills config.batch and config.compress for the sweep.
 // Throws CLI::ValidationError for a bad combination or --workload FILE, then sets the runtime
@@ -136,10 +136,11 @@ struct RunMode {
   WorkloadConfig workload;
   ProbeConfig probe;
   SoakConfig soak;
-  std::string note;      // for world rank 0's stderr, e.g. what the MPI backend ignores
+  std::string note;      // for world rank 0's stderr, e.g. what a baseline backend ignores
   uint64_t arena_bytes;  // the nodecomm arena: 0 for the default
 };
-RunMode resolve_run_mode(const ExtraFlags& flags, const CLI::App& app, bool mpi_backend,
+// `backend`: nodecomm, mpi or gloo.
+RunMode resolve_run_mode(const ExtraFlags& flags, const CLI::App& app, std::string_view backend,
                          Config& config);
 
 // Per-step statistics, shared by the workload and the probe.

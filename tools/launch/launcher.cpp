@@ -75,7 +75,7 @@ Launcher::Launcher(Options options)
 }
 
 int Launcher::run() {
-  const bool mpi = opts_.backend == Backend::kMpi;
+  const bool mpi = baseline();
   int code = 1;
   try {
     code = mpi ? run_mpi_job() : run_job();
@@ -89,7 +89,7 @@ int Launcher::run() {
     code = abort_code_ != 0 ? abort_code_ : 1;
   }
   finish();
-  // With --backend mpi the ranks are mpirun's; run_mpi_job and mpirun itself reported them.
+  // With --backend mpi or gloo the ranks are mpirun's; run_mpi_job and mpirun itself reported them.
   if (mpi) return code;
 
   const auto failed = std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& rank) {
@@ -152,8 +152,8 @@ void Launcher::setup() {
   dev_null_ = ipc::Fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_.valid()) throw std::system_error(errno, std::generic_category(), "open /dev/null");
 
-  // --backend mpi runs no daemons.
-  if (opts_.backend == Backend::kNodecomm) resolve_daemon();
+  // --backend mpi or gloo runs no daemons.
+  if (!baseline()) resolve_daemon();
   mpirun_path_ = find_executable(opts_.mpirun);
   if (mpirun_path_.empty()) {
     throw std::runtime_error(
@@ -201,8 +201,9 @@ void Launcher::resolve_daemon() {
 
 void Launcher::start_mpirun() {
   const auto [path, args] = mpirun_command();
-  // With --backend mpi, mpirun's output is PROGRAM's: it goes to our stdout and stderr as is.
-  const bool forward = opts_.backend == Backend::kNodecomm;
+  // With --backend mpi or gloo, mpirun's output is PROGRAM's: it goes to our stdout and stderr
+  // as is.
+  const bool forward = !baseline();
 
   int out[2];
   int err[2];
@@ -409,9 +410,10 @@ bool Launcher::stop_daemons() {
   for (size_t node = 0; node < daemons_.size(); ++node) {
     if (daemons_[node] && !signal_process(*daemons_[node], 0)) {
       daemons_failed_ = true;
-      write_stderr(fmt::format("nodecomm-launch: the daemon of node {} (pid {}) died during the "
-                               "job\n",
-                               node, daemons_[node]->pid));
+      write_stderr(
+          fmt::format("nodecomm-launch: the daemon of node {} (pid {}) died during the "
+                      "job\n",
+                      node, daemons_[node]->pid));
     }
   }
   verbose("all ranks done; sending SIGTERM to the daemons");
@@ -468,7 +470,7 @@ bool Launcher::aborting() {
   if (const std::string running = running_ranks_text(); !running.empty()) {
     targets.push_back(running + " still running");
   }
-  if (mpirun_running_ && opts_.backend == Backend::kMpi) {
+  if (mpirun_running_ && baseline()) {
     targets.push_back(fmt::format("mpirun and its {} ranks", total_ranks()));
   } else if (mpirun_running_) {
     const std::string unready = unready_nodes_text();
@@ -492,7 +494,7 @@ void Launcher::kill_everything() {
   mute_mpirun_ = !opts_.verbose;
   kill_running_ranks(SIGKILL);
   remember_mpi_segments();
-  if (opts_.backend == Backend::kMpi && mpirun_running_) {
+  if (baseline() && mpirun_running_) {
     // mpirun before its ranks: it would report their deaths as a failure of their own. They
     // stay ours to signal: as orphans they are reparented to us and cannot be reaped meanwhile.
     const auto ranks = children_of(mpirun_pid_);
@@ -507,9 +509,9 @@ void Launcher::kill_everything() {
     signal_group(mpirun_pid_, SIGKILL);
     mpirun_sigkilled_ = true;
   }
-  // Under --netsim, Open MPI's daemons (and with --backend mpi the ranks) are orphans in the
-  // host namespaces, reparented to us once their agent shells are gone.
-  // Done once none is left, and every one killed is reaped (gone from the process table).
+  // Under --netsim, Open MPI's daemons (and with --backend mpi or gloo the ranks) are orphans in
+  // the host namespaces, reparented to us once their agent shells are gone. Done once none is left,
+  // and every one killed is reaped (gone from the process table).
   std::set<pid_t> killed_inside;
   const auto kill_netsim_processes = [&] {
     if (!netsim_) return true;

@@ -49,8 +49,10 @@ class Launcher {
   };
 
   int run_job();
-  // --backend mpi: the ranks under one mpirun, no daemons.
+  // --backend mpi or gloo: the ranks under one mpirun, no daemons.
   int run_mpi_job();
+  // The ranks are mpirun's own processes (--backend mpi or gloo), not ours to start.
+  bool baseline() const { return opts_.backend != Backend::kNodecomm; }
   void setup();
   // Finds nodecommd (--daemon, next to the launcher, or in PATH).
   void resolve_daemon();
@@ -58,7 +60,7 @@ class Launcher {
   // False if a signal or --timeout ended the launch meanwhile.
   bool start_netsim();
   void start_mpirun();
-  // mpirun's path and argv for the daemons, or for PROGRAM itself with --backend mpi
+  // mpirun's path and argv for the daemons, or for PROGRAM itself with --backend mpi or gloo
   // (launcher_mpi.cpp). Under --netsim it runs in the switch namespace.
   std::pair<std::string, std::vector<std::string>> mpirun_command() const;
   // The flags every mpirun of this launch gets.

@@ -1,5 +1,6 @@
 // The launcher's MPI side: the --netsim network, and the mpirun command lines of a launch (the
-// daemons', one per node, or PROGRAM's own with --backend mpi), on this machine or inside the
+// daemons', one per node, or PROGRAM's own with --backend mpi or gloo), on this machine or inside
+// the
 // --netsim switch namespace.
 #include <fmt/format.h>
 #include <sched.h>
@@ -41,9 +42,9 @@ bool Launcher::start_netsim() {
     return aborting();
   });
   if (!created) return false;
-  // The daemons take one slot per host; with --backend mpi the ranks take them.
+  // The daemons take one slot per host; with --backend mpi or gloo the ranks take them.
   std::vector<int> slots(static_cast<size_t>(opts_.nodes), 1);
-  if (opts_.backend == Backend::kMpi) slots = opts_.ranks_per_node;
+  if (baseline()) slots = opts_.ranks_per_node;
   netsim_->write_launch_files(base_dir_, slots);
   verbose(fmt::format(
       "netsim: namespaces {}h0..{} and {} (bridge br0), subnet {}, agent {}, hostfile {}",
@@ -64,7 +65,7 @@ bool Launcher::start_netsim() {
 }
 
 bool Launcher::oversubscribed() const {
-  const int daemons = opts_.backend == Backend::kNodecomm ? opts_.nodes : 0;
+  const int daemons = baseline() ? 0 : opts_.nodes;
   return daemons + total_ranks() > online_cpus();
 }
 
@@ -105,7 +106,7 @@ std::pair<std::string, std::vector<std::string>> Launcher::mpirun_command() cons
   }
   const auto common = mpirun_common_args();
   args.insert(args.end(), common.begin(), common.end());
-  if (opts_.backend == Backend::kMpi) {
+  if (baseline()) {
     const auto contexts = program_app_contexts();
     args.insert(args.end(), contexts.begin(), contexts.end());
     return {path, args};
@@ -141,7 +142,7 @@ std::vector<std::string> Launcher::program_app_contexts() const {
     if (netsim_) args.insert(args.end(), {"--host", netsim_->host_name(rank.node)});
     const auto local_size = opts_.ranks_per_node[static_cast<size_t>(rank.node)];
     std::vector<std::pair<std::string, std::string>> env{
-        {"NODECOMM_BACKEND", "mpi"},
+        {"NODECOMM_BACKEND", backend_name(opts_.backend)},
         {"NODECOMM_NODE", std::to_string(rank.node)},
         {"NODECOMM_NODES", std::to_string(opts_.nodes)},
         {"NODECOMM_LOCAL_RANK", std::to_string(rank.local)},
@@ -149,6 +150,13 @@ std::vector<std::string> Launcher::program_app_contexts() const {
         {"NODECOMM_WORLD_RANK_HINT", std::to_string(rank.world)},
     };
     if (netsim_) env.emplace_back("NODECOMM_LINK_RATE", netsim_->rate());
+    if (opts_.backend == Backend::kGloo) {
+      // Gloo's rendezvous: a file store every rank reaches (one filesystem, whatever the
+      // network namespace), and the interface to listen on: the host's only link under
+      // --netsim, loopback when every node is this machine.
+      env.emplace_back("NODECOMM_GLOO_STORE", base_dir_ + "/gloo-store");
+      env.emplace_back("GLOO_SOCKET_IFNAME", netsim_ ? "eth0" : "lo");
+    }
     for (const auto& [name, value] : env) {
       args.emplace_back("-x");
       args.push_back(fmt::format("{}={}", name, value));

@@ -24,7 +24,9 @@ constexpr const char* kDescription =
     "Simulates N nodecomm nodes on this machine: starts one nodecommd per node under a single "
     "mpirun, waits until every daemon is ready, runs R copies of PROGRAM per node attached to "
     "their node's daemon, then stops the daemons. With --backend mpi it runs the N*R copies of "
-    "PROGRAM under one mpirun instead, with plain Open MPI and no daemons. With --netsim RATE "
+    "PROGRAM under one mpirun instead, with plain Open MPI and no daemons; --backend gloo "
+    "likewise, for a PROGRAM that uses Gloo (told where to meet in NODECOMM_GLOO_STORE and "
+    "which interface to use in GLOO_SOCKET_IFNAME). With --netsim RATE "
     "every node is a host in its own network namespace behind a link shaped to RATE (needs "
     "root), and the launcher removes all of it again at the end. Exit status: 0 if every rank "
     "exited 0, 1 on failure, 124 on --timeout, 128+N on signal N, 2 on bad flags.";
@@ -39,10 +41,11 @@ std::string one_line(std::string text) {
 }
 
 void check_combinations(const CLI::App& app, Options& opts) {
-  if (opts.backend == Backend::kMpi) {
+  if (opts.backend != Backend::kNodecomm) {
     for (const char* flag : {"--daemon", "--daemon-arg"}) {
       if (app.count(flag) > 0) {
-        throw std::invalid_argument(fmt::format("{} has no effect with --backend mpi", flag));
+        throw std::invalid_argument(
+            fmt::format("{} has no effect with --backend {}", flag, backend_name(opts.backend)));
       }
     }
   }
@@ -62,6 +65,18 @@ void check_combinations(const CLI::App& app, Options& opts) {
 }
 
 }  // namespace
+
+const char* backend_name(Backend backend) {
+  switch (backend) {
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kGloo:
+      return "gloo";
+    case Backend::kNodecomm:
+      break;
+  }
+  return "nodecomm";
+}
 
 std::vector<int> parse_ranks_per_node(const std::string& text, int nodes) {
   std::vector<int> counts;
@@ -111,14 +126,14 @@ ParseResult parse_options(int argc, char** argv) {
                  "Extra argument for every daemon (repeatable; use --daemon-arg=--flag)")
       ->allow_extra_args(false);
   app.add_option("--mpirun", opts.mpirun,
-                 "mpirun to start the daemons (with --backend mpi, the ranks) with")
+                 "mpirun to start the daemons (with --backend mpi or gloo, the ranks) with")
       ->capture_default_str();
   app.add_flag("--verbose,-v", opts.verbose, "Report each launch step on stderr");
   std::string backend = "nodecomm";
   app.add_option("--backend", backend,
                  "nodecomm: daemons plus ranks; mpi: the ranks alone under one mpirun, plain "
-                 "Open MPI (exported to PROGRAM as NODECOMM_BACKEND)")
-      ->check(CLI::IsMember({"nodecomm", "mpi"}))
+                 "Open MPI; gloo: the same for Gloo (exported to PROGRAM as NODECOMM_BACKEND)")
+      ->check(CLI::IsMember({"nodecomm", "mpi", "gloo"}))
       ->capture_default_str();
   app.add_option("--netsim", opts.netsim_rate,
                  "Simulated cluster network (root only): one network namespace per node, all "
@@ -130,7 +145,9 @@ ParseResult parse_options(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     opts.ranks_per_node = parse_ranks_per_node(ranks_per_node, opts.nodes);
-    opts.backend = backend == "mpi" ? Backend::kMpi : Backend::kNodecomm;
+    opts.backend = backend == "mpi"    ? Backend::kMpi
+                   : backend == "gloo" ? Backend::kGloo
+                                       : Backend::kNodecomm;
     check_combinations(app, opts);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);

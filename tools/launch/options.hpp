@@ -8,8 +8,12 @@
 namespace nodecomm::launch {
 
 // nodecomm: daemons under mpirun, the ranks attached to them. mpi: the ranks under mpirun alone,
-// plain Open MPI, as the baseline.
-enum class Backend { kNodecomm, kMpi };
+// plain Open MPI, as the baseline. gloo: the ranks under mpirun alone too, started as plain
+// processes that use Gloo over TCP (the second baseline).
+enum class Backend { kNodecomm, kMpi, kGloo };
+
+// The name PROGRAM sees in NODECOMM_BACKEND.
+const char* backend_name(Backend backend);
 
 struct Options {
   int nodes = 0;

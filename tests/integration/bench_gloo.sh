@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# nodecomm-bench --backend gloo under nodecomm-launch --backend gloo: every collective Gloo
+# has, every element checked against the bench's independent reference (--check), on an
+# uneven layout (3 nodes of 3, 1 and 2 ranks), out of place and in place, odd sizes; dtypes
+# and reductions on allreduce and reduce_scatter; a split communicator; --batch and the
+# training-step workload, which post to Gloo's worker thread. Skips (77) where Gloo is missing.
+# Usage: bench_gloo.sh BIN
+set -u
+BIN=$1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+WORK=$(mktemp -d /tmp/nodecomm-bench-gloo.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+if "$BIN/nodecomm-bench" --backend gloo --op allreduce --sizes 8 2>&1 | grep -q "built without Gloo"; then
+  echo "SKIP: nodecomm-bench was built without Gloo (libgloo-dev)"
+  exit 77
+fi
+
+SIZES=4,28,1000,16396
+# run NAME LAYOUT-ARGS... -- BENCH-ARGS...: one checked run; its table must show the gloo
+# backend and no wrong element on any row.
+run() {
+  local name=$1
+  shift
+  local layout=()
+  while [ "$1" != "--" ]; do layout+=("$1"); shift; done
+  shift
+  if ! "$BIN/nodecomm-launch" --timeout 60 --backend gloo "${layout[@]}" -- \
+    "$BIN/nodecomm-bench" "$@" >"$WORK/$name.out" 2>&1; then
+    fail "$name: exit status non-zero:"
+    tail -n 20 "$WORK/$name.out"
+    return
+  fi
+  if ! grep -q "backend gloo" "$WORK/$name.out"; then
+    fail "$name: not on the gloo backend:"
+    head -n 5 "$WORK/$name.out"
+    return
+  fi
+  # Rows: size count type redop ... #wrong; every #wrong 0 (N/A for barrier).
+  local rows bad
+  rows=$(grep -Ec "^ +[0-9]+ +[0-9]+ " "$WORK/$name.out")
+  bad=$(awk '/^ +[0-9]+ +[0-9]+ / && $NF != 0 && $NF != "N/A"' "$WORK/$name.out")
+  if [ "$rows" -lt 1 ] || [ -n "$bad" ]; then
+    fail "$name: $rows rows, wrong elements: $bad"
+    return
+  fi
+  pass "$name: $rows sizes checked"
+}
+
+start=$(date +%s)
+L312=(--nodes 3 --ranks-per-node 3,1,2)
+for op in allreduce reduce broadcast reduce_scatter allgather gather scatter alltoall \
+  allgatherv alltoallv barrier; do
+  run "$op" "${L312[@]}" -- --op "$op" --root 4 --check --sizes $SIZES --iters 2 --warmup 1
+done
+for op in allreduce reduce broadcast reduce_scatter allgather gather scatter; do
+  run "$op-inplace" "${L312[@]}" -- --op "$op" --root 2 --inplace --check --sizes $SIZES \
+    --iters 1 --warmup 0
+done
+for case in "f64 prod" "f16 sum" "bf16 max" "i8 min" "u8 sum" "i64 sum" "f32 avg"; do
+  set -- $case
+  run "allreduce-$1-$2" "${L312[@]}" -- --op allreduce --dtype "$1" --redop "$2" --check \
+    --sizes $SIZES --iters 1 --warmup 0
+  run "reduce_scatter-$1-$2" --nodes 2 --ranks-per-node 2 -- --op reduce_scatter --dtype "$1" \
+    --redop "$2" --check --sizes $SIZES --iters 1 --warmup 0
+done
+run "allreduce-split3" "${L312[@]}" -- --op allreduce --comm split:3 --check --sizes $SIZES \
+  --iters 1 --warmup 0
+run "alltoallv-split2" "${L312[@]}" -- --op alltoallv --comm split:2 --check --sizes $SIZES \
+  --iters 1 --warmup 0
+run "batch" --nodes 2 --ranks-per-node 2 -- --op allgather --sizes 4K --batch 20 --check \
+  --iters 2 --warmup 1
+run "one-rank" --nodes 1 --ranks-per-node 1 -- --op reduce_scatter --check --sizes $SIZES \
+  --iters 1 --warmup 0
+
+# The training-step workload: a record with the gloo backend and a positive step time (ms).
+if "$BIN/nodecomm-launch" --timeout 60 --backend gloo --nodes 2 --ranks-per-node 2 -- \
+  "$BIN/nodecomm-bench" --workload resnet50 --scale 0.01 --compute-ms 5 --steps 2 --warmup 1 \
+  --json "$WORK/wl.json" >"$WORK/wl.out" 2>&1 &&
+  grep -q '"backend":"gloo"' "$WORK/wl.json" &&
+  awk -v v="$(grep -o '"t_step":[0-9.e+-]*' "$WORK/wl.json" | head -n 1 | cut -d: -f2)" \
+    'BEGIN { exit !(v > 0) }'; then
+  pass "workload: $(grep -o '"t_step":[^,]*' "$WORK/wl.json" | head -n 1) ms"
+else
+  fail "workload: $(tail -n 20 "$WORK/wl.out"; cat "$WORK/wl.json" 2>/dev/null)"
+fi
+
+echo "bench_gloo: $failures failure(s) in $(($(date +%s) - start)) s"
+[ "$failures" -eq 0 ]
