@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # One command: install dependencies, build, and run the demo: a simulated cluster of 2 nodes
-# with 2 training ranks each doing real, checked allreduce through nodecommd, and Open MPI
-# run directly on the same 4 ranks as the baseline.
-#   bash tools/demo.sh
+# with 2 training ranks each doing real, checked allreduces through nodecommd, then Open MPI
+# and Gloo on the same 4 ranks as baselines, and one table of the three side by side.
+#   bash tools/demo.sh                 # extra arguments go to every nodecomm-bench run
+# As root, where network namespaces can be made, the nodes are joined by simulated 1 Gbit/s
+# links (nodecomm-launch --netsim; DEMO_NETSIM=RATE picks another rate, DEMO_NETSIM=none none),
+# and the table adds each system's link efficiency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -12,13 +15,64 @@ command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ni
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target nodecommd nodecomm-launch nodecomm-bench
 BIN=$BUILD_DIR/bin
-echo "== nodecomm: 2 nodes x 2 ranks through nodecommd"
-"$BIN/nodecomm-launch" --timeout 300 --nodes 2 --ranks-per-node 2 -- \
-  "$BIN/nodecomm-bench" --op allreduce --check --min-bytes 8 --max-bytes 16M --factor 4 "$@"
-echo
-echo "== baseline: Open MPI MPI_Allreduce directly on the same 4 ranks"
-MPIRUN_ROOT=()
-[ "$(id -u)" -eq 0 ] && MPIRUN_ROOT=(--allow-run-as-root)
-mpirun "${MPIRUN_ROOT[@]}" --oversubscribe --bind-to none --timeout 300 -np 4 \
-  --mca btl self,vader,tcp "$BIN/nodecomm-bench" --backend mpi --op allreduce --check \
-  --min-bytes 8 --max-bytes 16M --factor 4 "$@"
+WORK=$(mktemp -d /tmp/nodecomm-demo.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+# Simulated links only where they can be made: root, and a network namespace that works.
+netsim=${DEMO_NETSIM:-}
+if [ -z "$netsim" ]; then
+  netsim=none
+  probe=nc-demo-probe-$$
+  if [ "$(id -u)" -eq 0 ] && ip netns add "$probe" 2>/dev/null; then
+    ip netns delete "$probe" 2>/dev/null || true
+    netsim=1gbit
+  fi
+fi
+LAUNCH=("$BIN/nodecomm-launch" --timeout 300 --nodes 2 --ranks-per-node 2)
+where="on this machine's loopback and shared memory (no simulated links)"
+if [ "$netsim" != none ]; then
+  LAUNCH+=(--netsim "$netsim")
+  where="over simulated $netsim links (one network namespace per node)"
+fi
+BENCH=(--op allreduce --check --min-bytes 8 --max-bytes 16M --factor 4)
+
+run() {  # SYSTEM TITLE [BENCH-ARGS...]
+  local system=$1 title=$2
+  shift 2
+  echo "== $title: 2 nodes x 2 ranks $where"
+  "${LAUNCH[@]}" --backend "$system" -- "$BIN/nodecomm-bench" --backend "$system" "${BENCH[@]}" \
+    --json "$WORK/$system.json" "$@"
+  echo
+}
+run nodecomm "nodecomm, through one nodecommd per node" "$@"
+run mpi "baseline: Open MPI's MPI_Allreduce directly among the 4 ranks" "$@"
+run gloo "baseline: Gloo's allreduce (TCP) among the 4 ranks, as PyTorch's gloo backend" "$@"
+
+# value FILE SIZE KEY: a field of the JSON Lines record of one size.
+value() {
+  awk -v s="$2" -v k="$3" '
+    index($0, "\"size\":" s ",") {
+      if (match($0, "\"" k "\":[^,}]*")) { v = substr($0, RSTART, RLENGTH); sub(/^"[^"]*":/, "", v); print v }
+    }' "$1"
+}
+echo "== side by side: allreduce f32, 2 nodes x 2 ranks $where; every element checked"
+metric=busbw_gbs
+title="busbw (GB/s)"
+if [ "$netsim" != none ]; then
+  metric=linkeff
+  title="link efficiency (share of each node's $netsim link)"
+fi
+echo "   time per call (us), and $title; ratios above 1: nodecomm is faster"
+printf '%10s  %11s %11s %11s  %9s %9s %9s  %10s %10s\n' size "nodecomm" "Open MPI" "Gloo" \
+  "nodecomm" "Open MPI" "Gloo" "vs OpenMPI" "vs Gloo"
+for size in $(grep -o '"size":[0-9]*' "$WORK/nodecomm.json" | cut -d: -f2); do
+  n=$(value "$WORK/nodecomm.json" "$size" time_us)
+  m=$(value "$WORK/mpi.json" "$size" time_us)
+  g=$(value "$WORK/gloo.json" "$size" time_us)
+  awk -v s="$size" -v n="$n" -v m="$m" -v g="$g" \
+    -v en="$(value "$WORK/nodecomm.json" "$size" $metric)" \
+    -v em="$(value "$WORK/mpi.json" "$size" $metric)" \
+    -v eg="$(value "$WORK/gloo.json" "$size" $metric)" 'BEGIN {
+      printf "%10d  %11.1f %11.1f %11.1f  %9.3f %9.3f %9.3f  %9.2fx %9.2fx\n",
+        s, n, m, g, en, em, eg, m / n, g / n }'
+done
