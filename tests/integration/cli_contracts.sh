@@ -31,7 +31,7 @@ for rate in 1gbitz -1gbit +1gbit 0 0.0gbit 1bit 1e 0x10gbit inf ' 1gbit' '' bit 
   [ "$(printf '%s\n' "$LAST_OUTPUT" | wc -l)" -eq 1 ] || fail "--link-rate '$rate' error is not one line: $LAST_OUTPUT"
 done
 expect_exit 2 "nodecomm-bench rejects NODECOMM_LINK_RATE=fast" env NODECOMM_LINK_RATE=fast "$BIN/nodecomm-bench"
-expect_exit 2 "nodecomm-bench rejects NODECOMM_BACKEND=gloo" env NODECOMM_BACKEND=gloo "$BIN/nodecomm-bench"
+expect_exit 2 "nodecomm-bench rejects NODECOMM_BACKEND=nccl" env NODECOMM_BACKEND=nccl "$BIN/nodecomm-bench"
 MPIRUN=(mpirun --oversubscribe --bind-to none --timeout 60 --mca btl self,vader,tcp)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 JSON=/tmp/nc-bench-json.$$
