@@ -51,8 +51,9 @@ export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppress
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [ "$MODE" = --ci ]; then
   (cd build-asan && ctest --output-on-failure --timeout 400 -L 'unit|engine' -j 2)
-  # Two at a time, as the Release pass: those with deadlines are RUN_SERIAL.
-  (cd build-asan && ctest --output-on-failure --timeout 400 -L sanitize -LE full -j 2)
+  # Four at a time: these mostly wait on processes and sockets (about 1.2 cores busy at -j4),
+  # and those with deadlines are RUN_SERIAL, alone whatever -j says.
+  (cd build-asan && ctest --output-on-failure --timeout 400 -L sanitize -LE full -j 4)
   # Every result checked; leaks are LeakSanitizer's to find at exit, since ASan's quarantine
   # makes the daemons' RSS grow by design.
   echo "== soak under ASan+UBSan: 10 s on 2x2"

@@ -60,7 +60,7 @@ for op in allreduce reduce broadcast reduce_scatter allgather gather scatter; do
   run "$op-inplace" "${L312[@]}" -- --op "$op" --root 2 --inplace --check --sizes $SIZES \
     --iters 1 --warmup 0
 done
-for case in "f64 prod" "f16 sum" "bf16 max" "i8 min" "u8 sum" "i64 sum" "f32 avg"; do
+for case in "f64 prod" "f16 sum" "bf16 max" "i8 min" "i64 sum" "f32 avg"; do
   set -- $case
   run "allreduce-$1-$2" "${L312[@]}" -- --op allreduce --dtype "$1" --redop "$2" --check \
     --sizes $SIZES --iters 1 --warmup 0
