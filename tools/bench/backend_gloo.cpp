@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "baseline.hpp"
 #include "check.hpp"
 #include "host_reduce.hpp"
 #include "launch_env.hpp"
@@ -275,7 +276,7 @@ class Worker {
   std::thread thread_;  // last: it starts once everything above exists
 };
 
-class GlooBackend final : public Backend {
+class GlooBackend final : public BaselineBackend {
  public:
   GlooBackend() {
     rank_ = env_int({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "RANK"}, "rank");
@@ -344,27 +345,6 @@ class GlooBackend final : public Backend {
   void split(int color, int key) override {
     complete(worker_.post([this, color, key] { split_now(color, key); }));
   }
-
-  std::string buffer_kind() const override { return "malloc"; }
-
-  std::optional<Rejection> reject(Collective collective, nc_dtype_t dtype,
-                                  nc_redop_t op) const override {
-    if (is_reducing(collective) && op == NC_AVG && is_integer(dtype)) {
-      return Rejection{fmt::format("--redop avg is only defined for floating-point types, not "
-                                   "{} (nodecomm rejects it too)",
-                                   nc_dtype_name(dtype)),
-                       1};
-    }
-    return std::nullopt;
-  }
-
-  void* alloc(size_t bytes) override {
-    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (p == nullptr) throw BackendError(fmt::format("aligned_alloc of {} bytes failed", bytes));
-    return p;
-  }
-
-  void free(void* ptr) noexcept override { std::free(ptr); }
 
   // A blocking call with nothing in flight runs on the calling thread: the same order as
   // through the worker, without two thread hand-offs on the latency path.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "baseline.hpp"
 #include "check.hpp"
 #include "host_reduce.hpp"
 #include "launch_env.hpp"
@@ -94,7 +95,7 @@ std::vector<int> to_int(const std::vector<size_t>& values, std::string_view name
   return out;
 }
 
-class MpiBackend final : public Backend {
+class MpiBackend final : public BaselineBackend {
  public:
   MpiBackend() {
     // argc/argv are not needed: mpirun passes everything MPI needs through the environment,
@@ -150,31 +151,6 @@ class MpiBackend final : public Backend {
     check_mpi("MPI_Comm_rank", MPI_Comm_rank(group_, &group_rank_));
     check_mpi("MPI_Comm_size", MPI_Comm_size(group_, &group_size_));
   }
-
-  std::string buffer_kind() const override { return "malloc"; }
-
-  std::optional<Rejection> reject(Collective collective, nc_dtype_t dtype,
-                                  nc_redop_t op) const override {
-    // Mirrors nodecomm, which rejects avg on integers with NC_ERR_INVALID_ARGUMENT (an
-    // integer average would have to pick a rounding), so both backends fail alike.
-    if (is_reducing(collective) && op == NC_AVG && is_integer(dtype)) {
-      return Rejection{fmt::format("--redop avg is only defined for floating-point types, not "
-                                   "{} (nodecomm rejects it too)",
-                                   nc_dtype_name(dtype)),
-                       1};
-    }
-    return std::nullopt;
-  }
-
-  void* alloc(size_t bytes) override {
-    // Page alignment, like nc_alloc for large buffers, so both backends see equally aligned
-    // memory.
-    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (p == nullptr) throw BackendError(fmt::format("aligned_alloc of {} bytes failed", bytes));
-    return p;
-  }
-
-  void free(void* ptr) noexcept override { std::free(ptr); }
 
   void run(const Call& c) override {
     const std::string_view name = collective_name(c.collective);
