@@ -18,15 +18,20 @@ BIN=$BUILD_DIR/bin
 WORK=$(mktemp -d /tmp/nodecomm-demo.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-# Simulated links only where they can be made: root, and a network namespace that works.
+# Simulated links only where they can be made: root, and everything the launcher needs tried
+# once in a throw-away namespace (as tests/integration/netsim.sh does; some containers let a
+# namespace be added but not entered).
 netsim=${DEMO_NETSIM:-}
 if [ -z "$netsim" ]; then
   netsim=none
-  probe=nc-demo-probe-$$
-  if [ "$(id -u)" -eq 0 ] && ip netns add "$probe" 2>/dev/null; then
-    ip netns delete "$probe" 2>/dev/null || true
+  probe=ncdemoprobe$$
+  if [ "$(id -u)" -eq 0 ] && command -v tc >/dev/null &&
+    { ip netns add $probe && ip -n $probe link set lo up && ip -n $probe link add br0 type bridge &&
+      ip -n $probe link add name va type veth peer name vb &&
+      tc -n $probe qdisc add dev va root tbf rate 1gbit burst 256kb latency 5ms; } >/dev/null 2>&1; then
     netsim=1gbit
   fi
+  ip netns delete $probe >/dev/null 2>&1 || true
 fi
 LAUNCH=("$BIN/nodecomm-launch" --timeout 300 --nodes 2 --ranks-per-node 2)
 where="on this machine's loopback and shared memory (no simulated links)"
