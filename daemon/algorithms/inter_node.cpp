@@ -214,9 +214,8 @@ TransportHandle InterNode::start_scatterv(NodeComm comm, void* buffer, std::vect
 // Each choice below depends only on the agreed tuning and on sizes every daemon of the group
 // knows alike, so all of them take the same path.
 TransportHandle InterNode::start_reduce_scatter(NodeComm comm, void* buffer,
-                                                std::vector<size_t> node_counts,
-                                                proto::DType dtype, proto::RedOp op,
-                                                const AllreduceHooks& hooks) {
+                                                std::vector<size_t> node_counts, proto::DType dtype,
+                                                proto::RedOp op, const AllreduceHooks& hooks) {
   PointToPoint& p2p = net_.p2p(comm);
   const int tag_base = next_tag_base(comm, p2p);
   const size_t total = std::accumulate(node_counts.begin(), node_counts.end(), size_t{0});

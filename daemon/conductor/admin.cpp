@@ -80,16 +80,14 @@ void check_choice(const std::string& key, const std::string& value,
 }  // namespace
 
 const std::vector<std::string>& settable_keys() {
-  static const std::vector<std::string> keys = {"log-level",        "allreduce-algorithm",
-                                                "collective-algorithm",
-                                                "small-bytes",      "chunk-size",
-                                                "pipeline-depth",   "endpoints",
-                                                "priority-policy",  "fusion",
-                                                "fusion-threshold", "fusion-cycle-us",
-                                                "sched-chunk-size", "sched-window",
-                                                "sched-target-us",  "idle",
-                                                "net-park-min-us",  "net-park-max-us",
-                                                "stall-sec",        "op-timeout-sec"};
+  static const std::vector<std::string> keys = {
+      "log-level",        "allreduce-algorithm", "collective-algorithm",
+      "small-bytes",      "chunk-size",          "pipeline-depth",
+      "endpoints",        "priority-policy",     "fusion",
+      "fusion-threshold", "fusion-cycle-us",     "sched-chunk-size",
+      "sched-window",     "sched-target-us",     "idle",
+      "net-park-min-us",  "net-park-max-us",     "stall-sec",
+      "op-timeout-sec"};
   return keys;
 }
 

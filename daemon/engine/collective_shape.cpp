@@ -100,5 +100,4 @@ std::function<void*(size_t)> scratch_in(StagingPool& pool, StagingPool::Buffer* 
   };
 }
 
-
 }  // namespace nodecomm::daemon::coll

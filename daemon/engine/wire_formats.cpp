@@ -3,9 +3,12 @@
 namespace nodecomm::daemon {
 
 AgreedAlgorithm agreed_algorithm(const AlgorithmTuning& tuning) {
-  return AgreedAlgorithm{tuning.chunk_bytes, tuning.small_bytes,
-                         static_cast<uint32_t>(tuning.allreduce), tuning.endpoints,
-                         static_cast<uint32_t>(tuning.collectives), 0};
+  return AgreedAlgorithm{tuning.chunk_bytes,
+                         tuning.small_bytes,
+                         static_cast<uint32_t>(tuning.allreduce),
+                         tuning.endpoints,
+                         static_cast<uint32_t>(tuning.collectives),
+                         0};
 }
 
 AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorithm& agreed) {

@@ -35,8 +35,8 @@ static_assert(sizeof(OpSummary) == 48 && std::is_trivially_copyable_v<OpSummary>
 
 // The inter-node algorithm settings that every daemon of a job must share: both ends of a
 // ring step must cut the same slices (chunk-size), pick the same algorithm (small-bytes,
-// allreduce-algorithm, collective-algorithm) and use the same lanes (endpoints). Node 0's are sent in every
-// scheduling round record and applied by every daemon before it starts that round's
+// allreduce-algorithm, collective-algorithm) and use the same lanes (endpoints). Node 0's are sent
+// in every scheduling round record and applied by every daemon before it starts that round's
 // transfers, so `nodecommctl set chunk-size` on node 0 changes the whole job between two
 // transfers, never in the middle of one. pipeline-depth is local (slices in flight here).
 struct AgreedAlgorithm {
