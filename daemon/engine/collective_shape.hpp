@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/collectives.hpp"
+#include "engine/collective_context.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
 #include "nodecomm/proto/types.hpp"

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "algorithms/allreduce_hooks.hpp"
-#include "engine/collectives.hpp"
+#include "engine/collective_context.hpp"
 
 namespace nodecomm::daemon {
 
