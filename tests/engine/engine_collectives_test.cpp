@@ -680,9 +680,11 @@ using AlgorithmParam = std::tuple<Layout, Ordering, daemon::CollectiveAlgorithmK
 class CollectiveAlgorithmTest : public ::testing::TestWithParam<AlgorithmParam> {
  protected:
   void run(const std::function<void(Rank&)>& body) {
-    const auto [layout, ordering, kind] = GetParam();
+    // Named copies, not structured bindings: clang before 16 cannot capture those.
+    const Ordering ordering = std::get<1>(GetParam());
+    const daemon::CollectiveAlgorithmKind kind = std::get<2>(GetParam());
     Cluster cluster(
-        layout,
+        std::get<0>(GetParam()),
         [ordering, kind](daemon::DaemonConfig& c) {
           apply(ordering, c);
           c.tuning.collectives = kind;
