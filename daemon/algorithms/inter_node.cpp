@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <numeric>
 
 #include "algorithms/chunked_transfers.hpp"
 
@@ -34,6 +36,24 @@ class NativeAllreduce final : public AllreduceAlgorithm {
   TransportHandle handle_ = 0;
 };
 
+// A native collective between hooks, as NativeAllreduce: `begin` ran the hooks' prepare before
+// the transport started, `end` runs what is to be delivered once it is complete.
+class NativeCollective final : public AllreduceAlgorithm {
+ public:
+  NativeCollective(Transport& net, TransportHandle handle, std::function<void()> end)
+      : net_(net), handle_(handle), end_(std::move(end)) {}
+  bool progress() override {
+    if (!net_.test(handle_)) return false;
+    end_();
+    return true;
+  }
+
+ private:
+  Transport& net_;
+  TransportHandle handle_;
+  std::function<void()> end_;
+};
+
 // An operation that was complete when it started (a group of one node).
 class Finished final : public AllreduceAlgorithm {
  public:
@@ -57,15 +77,18 @@ TransportHandle InterNode::run(std::unique_ptr<AllreduceAlgorithm> algorithm, Po
   return handle;
 }
 
+int InterNode::next_tag_base(NodeComm comm, const PointToPoint& net) {
+  // Tags are handed out in start order, which every daemon of the group shares.
+  return static_cast<int>(group(comm).started++ % tag_windows(net)) * kTagsPerOperation;
+}
+
 TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t count,
                                            proto::DType dtype, proto::RedOp op,
                                            proto::Compression wire, const AllreduceHooks& hooks) {
   PointToPoint& p2p = net_.p2p(comm);
-  Group& g = group(comm);
   const AllreduceSpec spec{buffer, count, dtype, op, wire};
   const size_t bytes = count * proto::dtype_size(dtype);
-  // Tags are handed out in start order, which every daemon of the group shares.
-  const int tag_base = static_cast<int>(g.started++ % tag_windows(p2p)) * kTagsPerOperation;
+  const int tag_base = next_tag_base(comm, p2p);
   if (p2p.size() == 1) {
     // One node holds the result already.
     if (count > 0) {
@@ -135,24 +158,6 @@ TransportHandle InterNode::start_alltoallv(NodeComm comm, const void* send,
 // The collectives below go native whenever every count fits one native call; otherwise as
 // chunked point-to-point transfers. Each choice depends only on sizes every daemon of the
 // group knows alike, so all of them take the same path.
-TransportHandle InterNode::start_broadcast(NodeComm comm, void* buffer, size_t bytes,
-                                           uint32_t root_node) {
-  if (bytes <= net_.max_count()) return net_.start_broadcast(comm, buffer, bytes, root_node);
-  // The root sends the whole block to every node.
-  const uint32_t me = net_.comm_rank(comm);
-  std::vector<Transfer> sends;
-  std::vector<Transfer> recvs;
-  auto* data = static_cast<uint8_t*>(buffer);
-  if (me == root_node) {
-    for (uint32_t n = 0; n < net_.comm_size(comm); ++n) {
-      if (n != me) sends.push_back({n, data, bytes});
-    }
-  } else {
-    recvs.push_back({root_node, data, bytes});
-  }
-  return start_chunked(comm, sends, recvs);
-}
-
 TransportHandle InterNode::start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
                                             std::vector<size_t> displs) {
   if (fit(bytes) && fit(displs)) {
@@ -204,6 +209,93 @@ TransportHandle InterNode::start_scatterv(NodeComm comm, void* buffer, std::vect
   }
   return start_rooted_chunked(comm, static_cast<uint8_t*>(buffer), bytes, displs, root_node,
                               /*to_root=*/false);
+}
+
+// Each choice below depends only on the agreed tuning and on sizes every daemon of the group
+// knows alike, so all of them take the same path.
+TransportHandle InterNode::start_reduce_scatter(NodeComm comm, void* buffer,
+                                                std::vector<size_t> node_counts, proto::DType dtype,
+                                                proto::RedOp op, const AllreduceHooks& hooks) {
+  PointToPoint& p2p = net_.p2p(comm);
+  const int tag_base = next_tag_base(comm, p2p);
+  const size_t total = std::accumulate(node_counts.begin(), node_counts.end(), size_t{0});
+  const size_t elem = proto::dtype_size(dtype);
+  if (choose_pipelined(tuning_, total * elem, p2p.size()) || !fit(node_counts)) {
+    const BlocksSpec spec{buffer, std::move(node_counts), dtype, op};
+    return run(make_ring_reduce_scatter(p2p, tag_base, spec, hooks, tuning_), p2p);
+  }
+  const uint32_t me = p2p.rank();
+  const size_t mine = me < node_counts.size() ? node_counts[me] : 0;
+  const size_t at = std::accumulate(node_counts.begin(), node_counts.begin() + me, size_t{0});
+  if (total > 0) hooks.prepare(0, total);
+  const TransportHandle h =
+      net_.start_reduce_scatter(comm, buffer, std::move(node_counts), dtype, op);
+  // The native result starts at element 0; the hooks' contract has it at this node's block.
+  auto end = [hooks, buffer, mine, at, elem] {
+    auto* base = static_cast<uint8_t*>(buffer);
+    if (mine == 0) return;
+    std::memmove(base + at * elem, base, mine * elem);
+    hooks.done(at, mine);
+  };
+  return run(std::make_unique<NativeCollective>(net_, h, std::move(end)), p2p);
+}
+
+TransportHandle InterNode::start_allgather_blocks(NodeComm comm, void* buffer,
+                                                  std::vector<size_t> node_bytes,
+                                                  const AllreduceHooks& hooks) {
+  PointToPoint& p2p = net_.p2p(comm);
+  const int tag_base = next_tag_base(comm, p2p);
+  std::vector<size_t> displs(node_bytes.size(), 0);
+  for (size_t n = 1; n < node_bytes.size(); ++n) displs[n] = displs[n - 1] + node_bytes[n - 1];
+  const size_t total = displs.empty() ? 0 : displs.back() + node_bytes.back();
+  if (choose_pipelined(tuning_, total, p2p.size()) || !fit(node_bytes) || !fit(displs)) {
+    const BlocksSpec spec{buffer, std::move(node_bytes), proto::DType::kU8, proto::RedOp::kSum};
+    return run(make_ring_allgather(p2p, tag_base, spec, hooks, tuning_), p2p);
+  }
+  const uint32_t me = p2p.rank();
+  if (me < node_bytes.size() && node_bytes[me] > 0) hooks.prepare(displs[me], node_bytes[me]);
+  auto end = [hooks, node_bytes, displs] {
+    for (size_t n = 0; n < node_bytes.size(); ++n) {
+      if (node_bytes[n] > 0) hooks.done(displs[n], node_bytes[n]);
+    }
+  };
+  const TransportHandle h = net_.start_allgatherv(comm, buffer, node_bytes, displs);
+  return run(std::make_unique<NativeCollective>(net_, h, std::move(end)), p2p);
+}
+
+TransportHandle InterNode::start_broadcast(NodeComm comm, void* buffer, size_t bytes,
+                                           uint32_t root_node, const AllreduceHooks& hooks) {
+  PointToPoint& p2p = net_.p2p(comm);
+  const int tag_base = next_tag_base(comm, p2p);
+  if (choose_pipelined(tuning_, bytes, p2p.size()) || bytes > net_.max_count()) {
+    const RootedSpec spec{buffer, bytes, proto::DType::kU8, proto::RedOp::kSum, root_node};
+    return run(make_chain_broadcast(p2p, tag_base, spec, hooks, tuning_), p2p);
+  }
+  if (p2p.rank() == root_node && bytes > 0) hooks.prepare(0, bytes);
+  auto end = [hooks, bytes] {
+    if (bytes > 0) hooks.done(0, bytes);
+  };
+  const TransportHandle h = net_.start_broadcast(comm, buffer, bytes, root_node);
+  return run(std::make_unique<NativeCollective>(net_, h, std::move(end)), p2p);
+}
+
+TransportHandle InterNode::start_reduce(NodeComm comm, void* buffer, size_t count,
+                                        proto::DType dtype, proto::RedOp op, uint32_t root_node,
+                                        const AllreduceHooks& hooks) {
+  PointToPoint& p2p = net_.p2p(comm);
+  const int tag_base = next_tag_base(comm, p2p);
+  if (choose_pipelined(tuning_, count * proto::dtype_size(dtype), p2p.size())) {
+    const RootedSpec spec{buffer, count, dtype, op, root_node};
+    return run(make_chain_reduce(p2p, tag_base, spec, hooks, tuning_), p2p);
+  }
+  if (count > 0) hooks.prepare(0, count);
+  const bool at_root = p2p.rank() == root_node;
+  auto end = [hooks, count, at_root] {
+    if (at_root && count > 0) hooks.done(0, count);
+  };
+  // The transport carries any count of these itself.
+  const TransportHandle h = net_.start_reduce(comm, buffer, count, dtype, op, root_node);
+  return run(std::make_unique<NativeCollective>(net_, h, std::move(end)), p2p);
 }
 
 void InterNode::free_group(NodeComm comm) {

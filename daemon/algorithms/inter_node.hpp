@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/allreduce_algorithms.hpp"
+#include "algorithms/collective_algorithms.hpp"
 #include "net/transport.hpp"
 
 namespace nodecomm::daemon {
@@ -47,22 +48,30 @@ class InterNode {
                                   std::vector<size_t> sdispls, void* recv,
                                   std::vector<size_t> rbytes, std::vector<size_t> rdispls);
   // As NativeCollectives, with counts beyond max_count() carried as chunked transfers.
-  TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes, uint32_t root_node);
   TransportHandle start_allgatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
                                    std::vector<size_t> displs);
   TransportHandle start_gatherv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
                                 std::vector<size_t> displs, uint32_t root_node);
   TransportHandle start_scatterv(NodeComm comm, void* buffer, std::vector<size_t> bytes,
                                  std::vector<size_t> displs, uint32_t root_node);
-  // Native only (the transport carries any count of these itself).
-  TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
-                               proto::RedOp op, uint32_t root_node) {
-    return net_.start_reduce(comm, buffer, count, dtype, op, root_node);
-  }
+  // reduce_scatter, allgather(v), broadcast and reduce with hooks, as allreduce: our pipelined
+  // algorithms (collective_algorithms.hpp) or the native collective, as the tuning picks
+  // (choose_pipelined), and always ours where a count is beyond the native max_count(). The
+  // hooks' ranges are in elements of the whole buffer, with the meaning each algorithm gives
+  // them there; the native ones prepare everything first and deliver everything at the end.
+  // Node n's block of `node_counts` elements follows node n-1's; this node's block, reduced
+  // over every node, is done() at its own place (native too).
   TransportHandle start_reduce_scatter(NodeComm comm, void* buffer, std::vector<size_t> node_counts,
-                                       proto::DType dtype, proto::RedOp op) {
-    return net_.start_reduce_scatter(comm, buffer, std::move(node_counts), dtype, op);
-  }
+                                       proto::DType dtype, proto::RedOp op,
+                                       const AllreduceHooks& hooks);
+  // Node n's `node_bytes[n]` follow node n-1's from byte 0 of `buffer`; ranges in bytes.
+  TransportHandle start_allgather_blocks(NodeComm comm, void* buffer,
+                                         std::vector<size_t> node_bytes,
+                                         const AllreduceHooks& hooks);
+  TransportHandle start_broadcast(NodeComm comm, void* buffer, size_t bytes, uint32_t root_node,
+                                  const AllreduceHooks& hooks);
+  TransportHandle start_reduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
+                               proto::RedOp op, uint32_t root_node, const AllreduceHooks& hooks);
   TransportHandle start_barrier(NodeComm comm) { return net_.start_barrier(comm); }
   // Node groups, as NodeGroups (free_group also forgets the group's tag counters).
   TransportHandle start_split_groups(NodeComm parent, std::vector<bool> include) {
@@ -93,6 +102,8 @@ class InterNode {
   // transfers and the exchanges.
   static int tag_windows(const PointToPoint& net);
   TransportHandle run(std::unique_ptr<AllreduceAlgorithm> algorithm, PointToPoint& net);
+  // The next point-to-point transfer's tag base on `net` (start order, shared by every daemon).
+  int next_tag_base(NodeComm comm, const PointToPoint& net);
   // Point-to-point transfers of any size on the group's lanes (chunked_transfers.hpp), with a
   // tag window of their own like every other point-to-point operation.
   TransportHandle start_chunked(NodeComm comm, const std::vector<struct Transfer>& sends,

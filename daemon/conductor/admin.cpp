@@ -80,15 +80,14 @@ void check_choice(const std::string& key, const std::string& value,
 }  // namespace
 
 const std::vector<std::string>& settable_keys() {
-  static const std::vector<std::string> keys = {"log-level",        "allreduce-algorithm",
-                                                "small-bytes",      "chunk-size",
-                                                "pipeline-depth",   "endpoints",
-                                                "priority-policy",  "fusion",
-                                                "fusion-threshold", "fusion-cycle-us",
-                                                "sched-chunk-size", "sched-window",
-                                                "sched-target-us",  "idle",
-                                                "net-park-min-us",  "net-park-max-us",
-                                                "stall-sec",        "op-timeout-sec"};
+  static const std::vector<std::string> keys = {
+      "log-level",        "allreduce-algorithm", "collective-algorithm",
+      "small-bytes",      "chunk-size",          "pipeline-depth",
+      "endpoints",        "priority-policy",     "fusion",
+      "fusion-threshold", "fusion-cycle-us",     "sched-chunk-size",
+      "sched-window",     "sched-target-us",     "idle",
+      "net-park-min-us",  "net-park-max-us",     "stall-sec",
+      "op-timeout-sec"};
   return keys;
 }
 
@@ -161,6 +160,11 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     check_choice(key, value, {"auto", "ring", "rd", "recursive-doubling", "mpi"});
     old = algorithm_name(config_.tuning.allreduce);
     config_.tuning.allreduce = parse_algorithm(value);
+    apply_algorithm();
+  } else if (key == "collective-algorithm") {
+    check_choice(key, value, {"auto", "pipelined", "mpi"});
+    old = collective_algorithm_name(config_.tuning.collectives);
+    config_.tuning.collectives = parse_collective_algorithm(value);
     apply_algorithm();
   } else if (key == "small-bytes") {
     old = ipc::format_byte_size(config_.tuning.small_bytes);

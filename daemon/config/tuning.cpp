@@ -31,6 +31,26 @@ AllreduceAlgorithmKind parse_algorithm(const std::string& text) {
       fmt::format("unknown allreduce algorithm '{}' (auto, ring, rd or mpi)", text));
 }
 
+std::string collective_algorithm_name(CollectiveAlgorithmKind kind) {
+  switch (kind) {
+    case CollectiveAlgorithmKind::kAuto:
+      return "auto";
+    case CollectiveAlgorithmKind::kPipelined:
+      return "pipelined";
+    case CollectiveAlgorithmKind::kMpi:
+      return "mpi";
+  }
+  return "?";
+}
+
+CollectiveAlgorithmKind parse_collective_algorithm(const std::string& text) {
+  if (text == "auto") return CollectiveAlgorithmKind::kAuto;
+  if (text == "pipelined") return CollectiveAlgorithmKind::kPipelined;
+  if (text == "mpi") return CollectiveAlgorithmKind::kMpi;
+  throw std::invalid_argument(
+      fmt::format("unknown collective algorithm '{}' (auto, pipelined or mpi)", text));
+}
+
 proto::PriorityPolicy parse_priority_policy(const std::string& text) {
   for (int p = 0; p < static_cast<int>(proto::PriorityPolicy::kCount); ++p) {
     const auto policy = static_cast<proto::PriorityPolicy>(p);

@@ -19,10 +19,22 @@ std::string algorithm_name(AllreduceAlgorithmKind kind);
 // "auto", "ring", "rd" (or "recursive-doubling"), "mpi"; throws std::invalid_argument.
 AllreduceAlgorithmKind parse_algorithm(const std::string& text);
 
+// reduce_scatter, allgather(v), broadcast and reduce between nodes: our pipelined ring and
+// chain algorithms (collective_algorithms.hpp), the transport's native collectives (mpi), or
+// auto (native only for small buffers on three nodes or more).
+enum class CollectiveAlgorithmKind : uint8_t { kAuto, kPipelined, kMpi };
+
+std::string collective_algorithm_name(CollectiveAlgorithmKind kind);
+
+// "auto", "pipelined", "mpi"; throws std::invalid_argument.
+CollectiveAlgorithmKind parse_collective_algorithm(const std::string& text);
+
 // Runtime parameters of the inter-node algorithms (MLSL's epNum is `endpoints`).
 struct AlgorithmTuning {
   AllreduceAlgorithmKind allreduce = AllreduceAlgorithmKind::kAuto;
-  // auto: messages of at most this many bytes use recursive doubling, larger ones the ring.
+  CollectiveAlgorithmKind collectives = CollectiveAlgorithmKind::kAuto;
+  // auto: messages of at most this many bytes use recursive doubling, larger ones the ring;
+  // the other collectives' buffers of at most this many bytes the native collectives.
   size_t small_bytes = size_t{64} * 1024;
   // The ring moves each block in slices of about this many bytes.
   size_t chunk_bytes = size_t{512} * 1024;

@@ -11,115 +11,24 @@
 #include <string>
 #include <vector>
 
-#include "session/client_session.hpp"
+#include "engine/collective_shape.hpp"
+#include "engine/pipelined_hooks.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/wire_codec.hpp"
+#include "session/client_session.hpp"
 
 namespace nodecomm::daemon {
 
-using proto::Collective;
-using proto::DType;
-using proto::RedOp;
+using namespace coll;  // NOLINT(google-build-using-namespace): the steps' shared vocabulary
 
 namespace {
 
-// What every step needs to know about one operation on this node.
-struct Shape {
-  Collective collective;
-  DType dtype;
-  RedOp op;      // the op on the wire: avg travels as sum
-  bool average;  // divide by the communicator size at the end
-  bool widen;    // f16/bf16 reduce in f32 staging
-  DType wire;    // dtype in staging and on the network
-  size_t count;  // the per-rank block, as in nodecomm.h
-  size_t elem;   // bytes of one element of dtype
-  size_t wire_elem;
-  uint32_t size;  // ranks in the communicator
-  uint32_t root;
-  proto::Compression compression;  // allreduce between nodes
-};
-
-Shape shape_of(const CommLayout& lay, const Operation& op) {
-  const proto::OpDescriptor& d = op.first();
-  Shape s{};
-  s.collective = static_cast<Collective>(d.collective);
-  s.dtype = static_cast<DType>(d.dtype);
-  const auto redop = static_cast<RedOp>(d.redop);
-  s.average = redop == RedOp::kAvg;
-  s.op = s.average ? RedOp::kSum : redop;
-  s.widen = proto::collective_reduces(s.collective) &&
-            (s.dtype == DType::kF16 || s.dtype == DType::kBF16);
-  s.wire = s.widen ? DType::kF32 : s.dtype;
-  s.count = d.count;
-  s.elem = proto::dtype_size(s.dtype);
-  s.wire_elem = proto::dtype_size(s.wire);
-  s.size = lay.size;
-  s.root = d.root;
-  s.compression = static_cast<proto::Compression>(d.compression);
-  return s;
-}
-
-// This node's members of the communicator: member k is the k-th in comm-rank order.
-struct Members {
-  const Job& job;
-  const CommLayout& lay;
-  const Operation& op;
-
-  ClientSession* session(size_t k) const { return job.members[lay.members[k]]; }
-  uint8_t* send(size_t k) const { return session(k)->address(op.slots[k]->desc.send_offset); }
-  uint8_t* recv(size_t k) const { return session(k)->address(op.slots[k]->desc.recv_offset); }
-  bool alive(size_t k) const {
-    const ClientSession* m = session(k);
-    return m != nullptr && m->state() != ClientSession::State::kClosed;
-  }
-  size_t count() const { return lay.members.size(); }
-  // The member that is the root, or -1 when the root lives on another node.
-  int root(const Shape& s) const { return lay.member_of_rank(s.root); }
-};
-
-StagingPool::Buffer acquire_or_throw(StagingPool& pool, size_t bytes) {
-  try {
-    return pool.acquire(std::max<size_t>(bytes, 1));
-  } catch (const std::bad_alloc&) {
-    throw StagingExhausted(fmt::format("cannot allocate {} bytes of staging memory", bytes));
-  }
-}
-
-void* acquire(CollectiveContext& ctx, StagingPool::Buffer& into, size_t bytes) {
-  into = acquire_or_throw(ctx.staging, bytes);
-  return into.data;
-}
-
-void copy_out(void* dst, const void* src, size_t bytes) {
-  if (dst != src && bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-// Combines the members' send buffers (count elements each, from element `from`) into dst
-// in one pass: in wire format (f32 for f16/bf16) unless `final_dtype`, where f16/bf16 are
-// rounded once into dtype.
-void reduce_members(const Members& m, const Shape& s, void* dst, size_t count, size_t from = 0,
-                    bool final_dtype = false) {
-  if (count == 0) return;
-  std::vector<const void*> srcs;
-  srcs.reserve(m.count());
-  for (size_t k = 0; k < m.count(); ++k) srcs.push_back(m.send(k) + from * s.elem);
-  if (s.widen && !final_dtype) {
-    reduce_widen(s.dtype, s.op, static_cast<float*>(dst), srcs.data(), srcs.size(), count);
-  } else {
-    reduce(s.dtype, s.op, dst, srcs.data(), srcs.size(), count);
-  }
-}
-
-// Finishes a reduction held in wire format at `src` (count elements) into `dst` in dtype:
-// the average's division, then f32 -> f16/bf16 rounding, each done once.
-void finish_reduction(const Shape& s, void* src, void* dst, size_t count) {
-  if (count == 0) return;
-  if (s.average) divide_by(s.wire, src, count, s.size);
-  if (s.widen) {
-    narrow_from_f32(s.dtype, dst, static_cast<const float*>(src), count);
-  } else {
-    copy_out(dst, src, count * s.elem);
-  }
+// Collectives whose inter-node step takes hooks (pipelined_hooks.hpp): between nodes, stage_in
+// only takes the staging, the algorithm reads and delivers range by range, and stage_out has
+// nothing left to write.
+bool hooked(Collective c) {
+  return c == Collective::kReduceScatter || c == Collective::kAllgather ||
+         c == Collective::kAllgatherv || c == Collective::kBroadcast || c == Collective::kReduce;
 }
 
 // Per-node byte counts and displacements for blocks of `per_rank_bytes` per rank.
@@ -153,14 +62,6 @@ void to_rank_order(const CommLayout& lay, uint8_t* dst, const uint8_t* src, size
   }
 }
 
-// allgatherv: element offset of every node-major position in the packed staging buffer (one
-// more entry than positions: the total).
-std::vector<size_t> packed_offsets(const CommLayout& lay, const uint64_t* counts) {
-  std::vector<size_t> off(lay.size + 1, 0);
-  for (uint32_t p = 0; p < lay.size; ++p) off[p + 1] = off[p] + counts[lay.rank_at[p]];
-  return off;
-}
-
 // alltoallv: elements this node sends to node n (send side) or receives from it, in the
 // [source member][destination member] order both sides agree on.
 size_t alltoallv_to(const Members& m, const CommLayout& lay, size_t n) {
@@ -179,16 +80,6 @@ size_t alltoallv_from(const Members& m, const CommLayout& lay, size_t n) {
     for (size_t j = 0; j < m.count(); ++j) total += m.op.slots[j]->aux[2 * lay.size + source];
   }
   return total;
-}
-
-// An algorithm's scratch memory, kept in `holder` (released by whoever owns it).
-std::function<void*(size_t)> scratch_in(StagingPool& pool, StagingPool::Buffer* holder) {
-  return [&pool, holder](size_t bytes) {
-    pool.release(*holder);
-    *holder = {};
-    *holder = acquire_or_throw(pool, bytes);
-    return holder->data;
-  };
 }
 
 // The transport's callbacks for one allreduce whose element 0 sits at `base` in wire format
@@ -350,6 +241,15 @@ bool stage_in(CollectiveContext& ctx, Operation& op) {
   const Shape s = shape_of(lay, op);
   const size_t block = s.count * s.elem;
   const size_t first = lay.first_position();
+  if (lay.node_count > 1 && hooked(s.collective)) {
+    const size_t bytes = staging_bytes(lay, op);
+    void* staging = acquire(ctx, op.staging, bytes);
+    // Other nodes' runs arrive in this buffer: cleared first, so that a receive that came
+    // back short (counts that passed the digest check but disagree) leaves zeros, never
+    // bytes of an earlier operation.
+    if (s.collective == Collective::kAllgatherv) std::memset(staging, 0, bytes);
+    return false;
+  }
   switch (s.collective) {
     case Collective::kAllreduce:
       if (lay.node_count == 1 && !(s.widen && s.average)) {
@@ -480,17 +380,20 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
       return t.start_allreduce(nc, op.staging.data, s.count, s.wire, s.op, s.compression,
                                allreduce_hooks(ctx, op, s));
     case Collective::kReduce:
-      return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node);
+      return t.start_reduce(nc, op.staging.data, s.count, s.wire, s.op, root_node,
+                            pipelined_hooks(ctx, op));
     case Collective::kReduceScatter: {
       std::vector<size_t> counts;
       for (uint32_t n : lay.node_sizes) counts.push_back(n * s.count);
-      return t.start_reduce_scatter(nc, op.staging.data, std::move(counts), s.wire, s.op);
+      return t.start_reduce_scatter(nc, op.staging.data, std::move(counts), s.wire, s.op,
+                                    pipelined_hooks(ctx, op));
     }
     case Collective::kBroadcast:
-      return t.start_broadcast(nc, op.staging.data, block, root_node);
+      return t.start_broadcast(nc, op.staging.data, block, root_node, pipelined_hooks(ctx, op));
     case Collective::kAllgather:
       node_blocks(lay, block, bytes, displs);
-      return t.start_allgatherv(nc, op.staging.data, std::move(bytes), std::move(displs));
+      return t.start_allgather_blocks(nc, op.staging.data, std::move(bytes),
+                                      pipelined_hooks(ctx, op));
     case Collective::kGather:
       node_blocks(lay, block, bytes, displs);
       return t.start_gatherv(nc, op.staging.data, std::move(bytes), std::move(displs), root_node);
@@ -513,9 +416,9 @@ TransportHandle start_network(CollectiveContext& ctx, Operation& op) {
         const size_t begin = off[lay.node_offsets[n]];
         const size_t end = off[lay.node_offsets[n] + lay.node_sizes[n]];
         bytes.push_back((end - begin) * s.elem);
-        displs.push_back(begin * s.elem);
       }
-      return t.start_allgatherv(nc, op.staging.data, std::move(bytes), std::move(displs));
+      return t.start_allgather_blocks(nc, op.staging.data, std::move(bytes),
+                                      pipelined_hooks(ctx, op));
     }
     case Collective::kAlltoallv: {
       const Members m{ctx.job, lay, op};
@@ -601,6 +504,11 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
   const size_t block = s.count * s.elem;
   const size_t first = lay.first_position();
   auto* staging = static_cast<uint8_t*>(op.staging.data);
+  if (lay.node_count > 1 && hooked(s.collective)) {
+    // Delivered range by range as the algorithm finished them (pipelined_hooks).
+    release_staging(ctx, op);
+    return;
+  }
   switch (s.collective) {
     case Collective::kAllreduce:
       // Delivered range by range as the transport finished them (allreduce_hooks), except
@@ -615,9 +523,8 @@ void stage_out(CollectiveContext& ctx, Operation& op) {
       }
       break;
     case Collective::kReduceScatter: {
-      // After the network step this node's run starts at staging[0]; on one node the staging
-      // holds every position, and this node's run starts at `first` (0).
-      const uint8_t* run = staging + (lay.node_count > 1 ? 0 : first * s.count * s.wire_elem);
+      // One node (between nodes the hooks delivered): staging holds every position.
+      const uint8_t* run = staging + first * s.count * s.wire_elem;
       for (size_t k = 0; k < m.count(); ++k) {
         if (!m.alive(k)) continue;
         finish_reduction(s, const_cast<uint8_t*>(run) + k * s.count * s.wire_elem, m.recv(k),

@@ -10,25 +10,12 @@
 #include <vector>
 
 #include "algorithms/inter_node.hpp"
+#include "engine/collective_context.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
 
 namespace nodecomm::daemon {
-
-struct CollectiveContext {
-  Job& job;
-  Communicator& comm;
-  StagingPool& staging;
-  InterNode& transport;  // the inter-node operations over the transport
-};
-
-// The staging memory could not be had (StagingPool::acquire threw std::bad_alloc). A
-// TransportError, so that a failure inside a transfer's callbacks fails it like any other.
-class StagingExhausted : public TransportError {
- public:
-  using TransportError::TransportError;
-};
 
 // Staging bytes `op` holds on this node at its peak (staging and the second buffer; an
 // algorithm's small scratch aside): what it reserves against the caps before it starts.

@@ -66,6 +66,7 @@ struct Vars {
   std::string max_staging_per_job = "16G";
   std::string log_level = "info";
   std::string algorithm = "auto";
+  std::string collective_algorithm = "auto";
   std::string small_bytes = std::to_string(c.tuning.small_bytes);
   std::string chunk_bytes = std::to_string(c.tuning.chunk_bytes);
   std::string priority_policy = "direct";
@@ -161,6 +162,13 @@ void define_settings(CLI::App& app, Vars& v) {
                  "Inter-node allreduce: auto (rd up to --small-bytes, ring above), ring, rd "
                  "(recursive doubling) or mpi (MPI_Iallreduce)")
       ->check(CLI::IsMember({"auto", "ring", "rd", "recursive-doubling", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--collective-algorithm", v.collective_algorithm,
+                 "Inter-node reduce_scatter, allgather(v), broadcast and reduce: auto (mpi up to "
+                 "--small-bytes on 3 nodes or more, pipelined above), pipelined (ring "
+                 "reduce-scatter and allgather, chain broadcast and reduce) or mpi (Open MPI's "
+                 "non-blocking collectives)")
+      ->check(CLI::IsMember({"auto", "pipelined", "mpi"}))
       ->capture_default_str();
   app.add_option("--small-bytes", v.small_bytes,
                  "auto: allreduces of at most this many bytes use recursive doubling")
@@ -570,6 +578,7 @@ DaemonConfig parse_config(int argc, char** argv) {
   c.sched.chunk_bytes = v.sched_chunk == "auto" ? 0 : bytes("sched-chunk-size", v.sched_chunk);
   c.sched.window_bytes = v.sched_window == "auto" ? 0 : bytes("sched-window", v.sched_window);
   c.tuning.allreduce = parse_algorithm(v.algorithm);
+  c.tuning.collectives = parse_collective_algorithm(v.collective_algorithm);
   c.tuning.small_bytes = bytes("small-bytes", v.small_bytes);
   c.tuning.chunk_bytes = bytes("chunk-size", v.chunk_bytes);
   if (c.tuning.chunk_bytes == 0) usage_error(label("chunk-size") + ": must be > 0");

@@ -281,6 +281,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   // Settable at run time (nodecommctl set), in the order of --print-config.
   text("log-level", log_level_name(config.log_level));
   text("allreduce-algorithm", algorithm_name(a.allreduce));
+  text("collective-algorithm", collective_algorithm_name(a.collectives));
   bytes("small-bytes", a.small_bytes);
   bytes("chunk-size", a.chunk_bytes);
   num("pipeline-depth", a.pipeline_depth);
@@ -306,6 +307,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   // What the transport runs with now. In a multi-node job node 0's values, agreed at every
   // scheduling round (admin.cpp), so they may differ from this daemon's own setting.
   text("agreed-allreduce-algorithm", algorithm_name(agreed.allreduce));
+  text("agreed-collective-algorithm", collective_algorithm_name(agreed.collectives));
   bytes("agreed-small-bytes", agreed.small_bytes);
   bytes("agreed-chunk-size", agreed.chunk_bytes);
   num("agreed-endpoints", agreed.endpoints);

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fake_network.hpp"
 #include "net/transport.hpp"
 
 namespace nodecomm::daemon {
@@ -24,97 +25,8 @@ namespace {
 
 using proto::DType;
 using proto::RedOp;
-
-class FakeNetwork {
- public:
-  FakeNetwork(uint32_t nodes, uint32_t lanes, uint32_t seed)
-      : nodes_(nodes), lanes_(lanes), rng_(seed) {}
-
-  struct Message {
-    P2pRequest id;
-    const void* data;
-    size_t bytes;
-  };
-  struct Receive {
-    P2pRequest id;
-    void* data;
-    size_t bytes;
-  };
-  using Key = std::tuple<uint32_t, uint32_t, uint32_t, int>;  // lane, from, to, tag
-
-  P2pRequest send(Key key, const void* data, size_t bytes) {
-    sends_[key].push_back({next_, data, bytes});
-    return next_++;
-  }
-  P2pRequest recv(Key key, void* data, size_t bytes) {
-    recvs_[key].push_back({next_, data, bytes});
-    return next_++;
-  }
-  // Matches the oldest send with the oldest receive of each key, skipping some at random.
-  void poll() {
-    for (auto it = recvs_.begin(); it != recvs_.end();) {
-      auto& queue = it->second;
-      auto& sent = sends_[it->first];
-      while (!queue.empty() && !sent.empty()) {
-        if (std::uniform_int_distribution<int>(0, 3)(rng_) == 0) break;  // later
-        const Message m = sent.front();
-        const Receive r = queue.front();
-        ASSERT_EQ(m.bytes, r.bytes) << "message sizes disagree";
-        std::memcpy(r.data, m.data, m.bytes);
-        completed_.insert(m.id);
-        completed_.insert(r.id);
-        sent.pop_front();
-        queue.pop_front();
-      }
-      if (sent.empty()) sends_.erase(it->first);
-      it = queue.empty() ? recvs_.erase(it) : std::next(it);
-    }
-  }
-  bool done(P2pRequest id) { return completed_.erase(id) > 0; }
-  bool idle() const {
-    for (const auto& [key, q] : sends_) {
-      if (!q.empty()) return false;
-    }
-    for (const auto& [key, q] : recvs_) {
-      if (!q.empty()) return false;
-    }
-    return true;
-  }
-  uint32_t nodes() const { return nodes_; }
-  uint32_t lanes() const { return lanes_; }
-
- private:
-  uint32_t nodes_;
-  uint32_t lanes_;
-  std::mt19937 rng_;
-  P2pRequest next_ = 1;
-  std::map<Key, std::deque<Message>> sends_;
-  std::map<Key, std::deque<Receive>> recvs_;
-  std::set<P2pRequest> completed_;
-};
-
-class FakeEndpoint final : public PointToPoint {
- public:
-  FakeEndpoint(FakeNetwork& net, uint32_t rank) : net_(net), rank_(rank) {}
-  uint32_t rank() const override { return rank_; }
-  uint32_t size() const override { return net_.nodes(); }
-  uint32_t lanes() const override { return net_.lanes(); }
-  int max_tag() const override { return 32767; }
-  P2pRequest isend(uint32_t lane, uint32_t peer, int tag, const void* data, size_t bytes) override {
-    EXPECT_LT(lane, lanes());
-    EXPECT_LE(tag, max_tag());
-    return net_.send({lane, rank_, peer, tag}, data, bytes);
-  }
-  P2pRequest irecv(uint32_t lane, uint32_t peer, int tag, void* data, size_t bytes) override {
-    return net_.recv({lane, peer, rank_, tag}, data, bytes);
-  }
-  void poll() override { net_.poll(); }
-  bool done(P2pRequest request) override { return net_.done(request); }
-
- private:
-  FakeNetwork& net_;
-  uint32_t rank_;
-};
+using test::FakeEndpoint;
+using test::FakeNetwork;
 
 // Node n's contribution at element i: small integers, so every order of summing is exact.
 int64_t contribution(uint32_t node, size_t i, RedOp op) {

@@ -12,9 +12,30 @@ Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int wor
   return {algbw, algbw * busbw_factor(collective, world_size)};
 }
 
+std::optional<LinkFactor> link_factor(Collective collective) {
+  // Bytes each node's link must carry per byte of `size`, with N nodes for nccl-tests' ranks.
+  switch (collective) {
+    case Collective::kAllreduce:
+      return LinkFactor{2, "2(N-1)/N"};
+    case Collective::kReduceScatter:
+    case Collective::kAllgather:
+    case Collective::kAllgatherv:
+      return LinkFactor{1, "(N-1)/N"};
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      return LinkFactor{0, "1"};
+    default:
+      return std::nullopt;
+  }
+}
+
+double LinkFactor::value(double nodes) const {
+  return per_node_share == 0 ? 1.0 : per_node_share * (nodes - 1) / nodes;
+}
+
 std::string link_efficiency_undefined(const RunInfo& info) {
   if (info.link_rate <= 0) return "no link rate";
-  if (info.collective != Collective::kAllreduce) return fmt::format("op {}", info.op);
+  if (!link_factor(info.collective)) return fmt::format("op {}", info.op);
   if (info.comm != "world") return fmt::format("--comm {}", info.comm);
   if (info.nodes < 2) return fmt::format("{} node", info.nodes);
   return {};
@@ -22,8 +43,7 @@ std::string link_efficiency_undefined(const RunInfo& info) {
 
 std::optional<double> link_efficiency(const RunInfo& info, double algbw_gbs) {
   if (!link_efficiency_undefined(info).empty()) return std::nullopt;
-  const double n = info.nodes;
-  return algbw_gbs * 1e9 * 2 * (n - 1) / n / info.link_rate;
+  return algbw_gbs * 1e9 * link_factor(info.collective)->value(info.nodes) / info.link_rate;
 }
 
 Report::Report(RunInfo info, std::FILE* table, std::ostream* json)
@@ -100,7 +120,8 @@ void Report::footer() {
     const std::string why = link_efficiency_undefined(info_);
     fmt::print(table_, "# link rate {} ({:.0f} bytes/s), {} node{}: {}\n", info_.link_rate_text,
                info_.link_rate, info_.nodes, info_.nodes == 1 ? "" : "s",
-               why.empty() ? "linkeff = algbw x 2(N-1)/N / link rate"
+               why.empty() ? fmt::format("linkeff = algbw x {} / link rate",
+                                         link_factor(info_.collective)->text)
                            : fmt::format("linkeff undefined ({})", why));
     if (why.empty()) fmt::print(table_, "# linkeff {}\n", linkeff_);
   }

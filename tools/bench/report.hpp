@@ -55,9 +55,19 @@ struct Bandwidth {
 // receive in a bandwidth-optimal allreduce).
 Bandwidth bandwidth(Collective collective, size_t bytes, double time_us, int world_size);
 
-// How much of a node's link an allreduce uses: algbw x 2(N-1)/N / link rate, N being the
-// number of nodes (one stream per node in a bandwidth-optimal allreduce, whatever the ranks
-// per node). Empty when undefined: not an allreduce on the world, no link rate, or one node.
+// The least a node's link must carry per byte of `size` in a bandwidth-optimal algorithm with
+// one stream per node, as nccl-tests' busbw factors with N nodes for the ranks: 2(N-1)/N for
+// allreduce, (N-1)/N for reduce_scatter and allgather(v), 1 for broadcast and reduce. Empty
+// for the other collectives.
+struct LinkFactor {
+  int per_node_share;  // k of k(N-1)/N; 0: the factor is 1
+  const char* text;
+  double value(double nodes) const;
+};
+std::optional<LinkFactor> link_factor(Collective collective);
+// How much of a node's link a collective uses: algbw x link_factor / link rate, N being the
+// number of nodes (whatever the ranks per node). Empty when undefined: a collective without a
+// link factor, not on the world, no link rate, or one node.
 std::optional<double> link_efficiency(const RunInfo& info, double algbw_gbs);
 // Why link_efficiency() is empty; "" when it is not.
 std::string link_efficiency_undefined(const RunInfo& info);
