@@ -207,8 +207,10 @@ int bench_main(int argc, char** argv) {
       ->check(CLI::IsMember({"nodecomm", "mpi", "gloo"}));
   app.add_option("--link-rate", f.link_rate,
                  "Each node's link rate, tc-style (1gbit, 500mbit, 100mbps = bytes/s); default: "
-                 "$NODECOMM_LINK_RATE. Adds allreduce's link efficiency, algbw x 2(N-1)/N / "
-                 "rate with N nodes, as `# linkeff SIZE:EFF...` under the table and \"linkeff\" "
+                 "$NODECOMM_LINK_RATE. Adds the link efficiency, algbw x F / rate with N "
+                 "nodes and F the busbw factor over nodes (allreduce 2(N-1)/N, reduce_scatter and "
+                 "allgather(v) (N-1)/N, broadcast and reduce 1), as `# linkeff SIZE:EFF...` "
+                 "under the table and \"linkeff\" "
                  "in --json")
       ->check(kLinkRate);
   app.add_flag("--inplace", f.inplace,
