@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "algorithms/algorithm_tally.hpp"
+#include "algorithms/slice_slots.hpp"
 #include "kernels/reduce.hpp"
-#include "net/transport.hpp"
 #include "kernels/wire_codec.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 
@@ -17,8 +18,6 @@ AlgorithmTally& algorithm_tally() {
   static AlgorithmTally tally;
   return tally;
 }
-
-
 
 AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t bytes,
                                         uint32_t nodes) {
@@ -89,16 +88,9 @@ class RingAllreduce final : public AllreduceAlgorithm {
   }
 
   bool progress() override {
-    for (Slot& slot : slots_) {
-      while (true) {
-        if (!slot.active) {
-          if (next_slice_ == slices_) break;
-          begin(slot, next_slice_++);
-          continue;
-        }
-        if (!advance(slot)) break;
-      }
-    }
+    drive_slices(
+        slots_, next_slice_, slices_, [this](Slot& slot, size_t slice) { begin(slot, slice); },
+        [this](Slot& slot) { return advance(slot); });
     return finished_ == slices_;
   }
 

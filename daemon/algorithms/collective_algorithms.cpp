@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "algorithms/slice_slots.hpp"
 #include "kernels/reduce.hpp"
 #include "net/transport.hpp"
 
@@ -94,16 +95,9 @@ class RingPhase final : public AllreduceAlgorithm {
   }
 
   bool progress() override {
-    for (Slot& slot : slots_) {
-      while (true) {
-        if (!slot.active) {
-          if (next_slice_ == slices_) break;
-          begin(slot, next_slice_++);
-          continue;
-        }
-        if (!advance(slot)) break;
-      }
-    }
+    drive_slices(
+        slots_, next_slice_, slices_, [this](Slot& slot, size_t slice) { begin(slot, slice); },
+        [this](Slot& slot) { return advance(slot); });
     return finished_ == slices_;
   }
 
@@ -247,16 +241,9 @@ class Chain final : public AllreduceAlgorithm {
   }
 
   bool progress() override {
-    for (Slot& slot : slots_) {
-      while (true) {
-        if (!slot.active) {
-          if (next_slice_ == slices_) break;
-          begin(slot, next_slice_++);
-          continue;
-        }
-        if (!advance(slot)) break;
-      }
-    }
+    drive_slices(
+        slots_, next_slice_, slices_, [this](Slot& slot, size_t slice) { begin(slot, slice); },
+        [this](Slot& slot) { return advance(slot); });
     return finished_ == slices_;
   }
 
