@@ -246,7 +246,13 @@ int attack_completion_head(RawClient& c) {
   OpDescriptor d =
       make_desc(Collective::kAllreduce, DType::kI64, RedOp::kSum, 0, 3, kWorldCount, 0, 0);
   d.flags = proto::kOpFlagInPlace;
-  if (!c.post(d)) return hostile_fail(c, "cannot post the world allreduce");
+  // The submission ring may still hold the last failures: the daemon drains it at its own pace
+  // (slowly under ASan on a busy machine), so wait for room as the flood above does.
+  const auto post_deadline = Clock::now() + std::chrono::duration<double>(timeout_sec());
+  while (!c.post(d)) {
+    if (Clock::now() >= post_deadline) return hostile_fail(c, "cannot post the world allreduce");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   // Its result still lands in the arena, exact.
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_sec());
   while (Clock::now() < deadline) {
