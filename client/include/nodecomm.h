@@ -42,7 +42,8 @@ extern "C" {
 
 /* C++ sees the enums with their C representation (int) as a fixed underlying type, so that any
  * int a C caller passes is a valid value to test and reject, not undefined behaviour in the
- * library (an enum without one holds only its enumerators' bit range). */
+ * library (an enum without one holds only its enumerators' bit range). clang-format reads
+ * `NC_ENUM(x) {` as a function, hence its off/on markers around each such enum. */
 #ifdef __cplusplus
 #define NC_ENUM(name) enum name : int
 #else
@@ -50,6 +51,7 @@ extern "C" {
 #endif
 
 /* Status codes. The values equal nodecomm::proto::Status. */
+/* clang-format off */
 typedef NC_ENUM(nc_status) {
   NC_OK = 0,
   NC_ERR_INVALID_ARGUMENT = 1, /* an argument is outside its domain */
@@ -67,8 +69,10 @@ typedef NC_ENUM(nc_status) {
   NC_ERR_INTERNAL = 13,
   NC_IN_PROGRESS = 14 /* nc_test: the request has not completed yet */
 } nc_status_t;
+/* clang-format on */
 
 /* Element types. f16 and bf16 are accumulated in f32 and rounded once. */
+/* clang-format off */
 typedef NC_ENUM(nc_dtype) {
   NC_F32 = 0,
   NC_F64 = 1,
@@ -79,9 +83,12 @@ typedef NC_ENUM(nc_dtype) {
   NC_I8 = 6,
   NC_U8 = 7
 } nc_dtype_t;
+/* clang-format on */
 
 /* Reduction operations. Integer sums and products wrap modulo 2^bits. */
+/* clang-format off */
 typedef NC_ENUM(nc_redop) { NC_SUM = 0, NC_PROD = 1, NC_MIN = 2, NC_MAX = 3, NC_AVG = 4 } nc_redop_t;
+/* clang-format on */
 
 typedef struct nc_context nc_context_t; /* opaque */
 typedef uint64_t nc_request_t;          /* 0 is never a valid request */
@@ -104,6 +111,7 @@ typedef struct nc_init_options {
 
 /* How an allreduce's data crosses the network between nodes (f32 allreduce only; the node's
  * ranks are always summed exactly in f32 first). */
+/* clang-format off */
 typedef NC_ENUM(nc_compress) {
   NC_COMPRESS_NONE = 0,
   NC_COMPRESS_BF16 = 1, /* bfloat16 on the wire, accumulated in f32; half the bytes */
@@ -111,6 +119,7 @@ typedef NC_ENUM(nc_compress) {
   NC_COMPRESS_INT8 = 3  /* int8 blocks with per-block scales and error feedback (sum/avg);
                            needs a distinct `name` per tensor to keep its residual */
 } nc_compress_t;
+/* clang-format on */
 
 /* Per-operation attributes; pass NULL for the defaults. Zero-initialise, set what you need. */
 typedef struct nc_op_attr {
