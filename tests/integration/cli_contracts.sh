@@ -75,6 +75,16 @@ expect_exit 1 "launcher reports a failing rank" "$BIN/nodecomm-launch" --timeout
   sh -c 'if [ "$NODECOMM_NODE" = 1 ]; then exit 3; fi'
 case "$LAST_OUTPUT" in *"rank 1"*"status 3"*) pass "failure message names rank 1 and status 3" ;; *) fail "failure message: $LAST_OUTPUT" ;; esac
 
+# mpirun runs the daemons with --enable-recovery and exits 0 whatever they exit with, so a
+# sanitizer's report at a daemon's exit (a leak) must fail the launch from their output.
+WRAP=/tmp/nc-sanitized-daemon.$$
+printf '#!/bin/sh\n"%s" "$@"\necho "==1==ERROR: LeakSanitizer: detected memory leaks" >&2\nexit 0\n' \
+  "$BIN/nodecommd" >"$WRAP" && chmod +x "$WRAP"
+expect_exit 1 "launcher fails on a sanitizer report in a daemon's output" "$BIN/nodecomm-launch" \
+  --timeout 60 --nodes 2 --ranks-per-node 1 --daemon "$WRAP" -- true
+case "$LAST_OUTPUT" in *"sanitizer reported an error in a daemon"*) pass "and says so" ;; *) fail "sanitizer report message: $LAST_OUTPUT" ;; esac
+rm -f "$WRAP"
+
 # The timeout kills everything and leaves nothing behind.
 start=$(date +%s)
 "$BIN/nodecomm-launch" --timeout 5 --nodes 2 --ranks-per-node 1 -- sleep 100 >/tmp/nc-timeout.$$ 2>&1 &

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Trains examples/pytorch_ddp.py on 2 nodes x 2 ranks with the same seed through the nodecomm
-# DDP hook (buckets in 4 MB pieces, the default, and whole buckets) and with DDP's own gloo
+# DDP hook (buckets in 1 MB pieces, and whole buckets) and with DDP's own gloo
 # allreduce, and checks that each hook run's final weights agree with gloo's
 # (torch.allclose, rtol 1e-5, atol 1e-6).
 #   ddp_vs_gloo.sh BIN_DIR PYTHON EXAMPLE
@@ -8,11 +8,13 @@ set -u
 BIN=$1 PYTHON=$2 EXAMPLE=$3
 T=$(mktemp -d /tmp/nodecomm-ddp-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-# Small batches: the comparison needs the 10.5M-parameter model, not heavy compute.
-ARGS=(--steps 8 --seed 7 --batch 4 --lr 0.05 --quiet)
+# A 2.6M-parameter model in small batches: what the comparison needs is several DDP buckets
+# (4 MB cap) cut into several pieces (1 MB), not heavy compute.
+ARGS=(--steps 5 --seed 7 --batch 4 --input 512 --hidden 1024 --bucket-cap-mb 4 --lr 0.05 --quiet)
 for mode in nodecomm nodecomm-whole gloo; do
   extra=()
   [ "$mode" = gloo ] && extra=(--reference gloo)
+  [ "$mode" = nodecomm ] && extra=(--piece-mb 1)
   [ "$mode" = nodecomm-whole ] && extra=(--piece-mb 0)
   start=$(date +%s)
   if ! "$BIN/nodecomm-launch" --timeout 150 --nodes 2 --ranks-per-node 2 -- \

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "fake_network.hpp"
@@ -266,17 +267,27 @@ std::vector<size_t> uneven(uint32_t nodes, size_t per_rank, bool with_empty) {
   return counts;
 }
 
-TEST(CollectiveAlgorithms, RingReduceScatterOverLayoutsSizesAndPipelines) {
-  uint32_t seed = 1;
-  for (uint32_t nodes = 1; nodes <= 9; ++nodes) {
-    for (size_t per_rank : {size_t{0}, size_t{1}, size_t{7}, size_t{1025}}) {
-      for (bool with_empty : {false, true}) {
-        for (uint32_t depth : {1u, 3u, 8u}) {
-          run_case({Kind::kReduceScatter, uneven(nodes, per_rank, with_empty), DType::kF32,
-                    RedOp::kSum, 0, depth == 1 ? size_t{1} << 20 : 64, depth, depth == 3 ? 3u : 1u},
-                   seed++);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+// One test per node count, so that a run can pick layouts (the sanitizer stage leaves out the
+// largest: tools/sanitize.sh).
+class CollectiveAlgorithmsOnNodes : public ::testing::TestWithParam<uint32_t> {};
+
+std::string nodes_name(const ::testing::TestParamInfo<uint32_t>& info) {
+  return "nodes" + std::to_string(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CollectiveAlgorithmsOnNodes, ::testing::Range(1u, 10u),
+                         nodes_name);
+
+TEST_P(CollectiveAlgorithmsOnNodes, RingReduceScatterOverSizesAndPipelines) {
+  const uint32_t nodes = GetParam();
+  uint32_t seed = 1 + 100 * nodes;
+  for (size_t per_rank : {size_t{0}, size_t{1}, size_t{7}, size_t{1025}}) {
+    for (bool with_empty : {false, true}) {
+      for (uint32_t depth : {1u, 3u, 8u}) {
+        run_case({Kind::kReduceScatter, uneven(nodes, per_rank, with_empty), DType::kF32,
+                  RedOp::kSum, 0, depth == 1 ? size_t{1} << 20 : 64, depth, depth == 3 ? 3u : 1u},
+                 seed++);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
@@ -292,39 +303,37 @@ TEST(CollectiveAlgorithms, RingReduceScatterEveryOpAndType) {
   }
 }
 
-TEST(CollectiveAlgorithms, RingAllgatherOverLayoutsSizesAndPipelines) {
-  uint32_t seed = 200;
-  for (uint32_t nodes = 1; nodes <= 9; ++nodes) {
-    for (size_t per_rank : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}}) {
-      for (bool with_empty : {false, true}) {
-        for (uint32_t depth : {1u, 3u, 8u}) {
-          run_case({Kind::kAllgather, uneven(nodes, per_rank, with_empty), DType::kU8, RedOp::kSum,
-                    0, depth == 1 ? size_t{1} << 20 : 100, depth, depth == 3 ? 3u : 1u},
-                   seed++);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+TEST_P(CollectiveAlgorithmsOnNodes, RingAllgatherOverSizesAndPipelines) {
+  const uint32_t nodes = GetParam();
+  uint32_t seed = 2000 + 100 * nodes;
+  for (size_t per_rank : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}}) {
+    for (bool with_empty : {false, true}) {
+      for (uint32_t depth : {1u, 3u, 8u}) {
+        run_case({Kind::kAllgather, uneven(nodes, per_rank, with_empty), DType::kU8, RedOp::kSum, 0,
+                  depth == 1 ? size_t{1} << 20 : 100, depth, depth == 3 ? 3u : 1u},
+                 seed++);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
 }
 
-TEST(CollectiveAlgorithms, ChainBroadcastEveryRoot) {
-  uint32_t seed = 300;
-  for (uint32_t nodes = 1; nodes <= 9; ++nodes) {
-    for (uint32_t root = 0; root < nodes; ++root) {
-      for (size_t count : {size_t{0}, size_t{1}, size_t{999}, size_t{40000}}) {
-        for (uint32_t depth : {1u, 4u}) {
-          run_case({Kind::kBroadcast,
-                    {count, nodes},
-                    DType::kU8,
-                    RedOp::kSum,
-                    root,
-                    depth == 1 ? size_t{1} << 20 : 512,
-                    depth,
-                    depth == 4 ? 2u : 1u},
-                   seed++);
-          if (::testing::Test::HasFatalFailure()) return;
-        }
+TEST_P(CollectiveAlgorithmsOnNodes, ChainBroadcastEveryRoot) {
+  const uint32_t nodes = GetParam();
+  uint32_t seed = 3000 + 100 * nodes;
+  for (uint32_t root = 0; root < nodes; ++root) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{999}, size_t{40000}}) {
+      for (uint32_t depth : {1u, 4u}) {
+        run_case({Kind::kBroadcast,
+                  {count, nodes},
+                  DType::kU8,
+                  RedOp::kSum,
+                  root,
+                  depth == 1 ? size_t{1} << 20 : 512,
+                  depth,
+                  depth == 4 ? 2u : 1u},
+                 seed++);
+        if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }

@@ -44,6 +44,7 @@ constexpr size_t kMaxListedRanks = 16;
 constexpr size_t kMaxPartialLine = size_t{64} * 1024;
 constexpr const char* kMpirunPrefix = "[mpirun] ";
 
+
 std::string list_text(const std::string& one, const std::string& many,
                       const std::vector<std::string>& items) {
   std::string text = items.size() == 1 ? one : many;
@@ -436,6 +437,11 @@ bool Launcher::stop_daemons() {
     write_stderr(fmt::format("nodecomm-launch: daemons did not stop cleanly: mpirun {}{}\n",
                              describe_wait_status(mpirun_status_),
                              mpirun_said_something_ ? " (see [mpirun] output above)" : ""));
+  } else if (sanitizer_reported_) {
+    daemons_failed_ = true;
+    write_stderr(
+        "nodecomm-launch: a sanitizer reported an error in a daemon (see [mpirun] "
+        "output above)\n");
   }
   verbose("daemons stopped");
   return true;
@@ -741,8 +747,10 @@ void Launcher::forward_lines(OutputPipe& pipe, bool flush_partial) {
   size_t begin = 0;
   for (size_t newline; (newline = pipe.partial.find('\n', begin)) != std::string::npos;
        begin = newline + 1) {
+    const std::string_view line(pipe.partial.data() + begin, newline + 1 - begin);
+    sanitizer_reported_ = sanitizer_reported_ || is_sanitizer_report(line);
     out += kMpirunPrefix;
-    out.append(pipe.partial, begin, newline + 1 - begin);
+    out += line;
   }
   pipe.partial.erase(0, begin);
   if (!pipe.partial.empty() && (flush_partial || pipe.partial.size() >= kMaxPartialLine)) {

@@ -132,6 +132,7 @@ class Launcher {
   OutputPipe mpirun_out_;
   OutputPipe mpirun_err_;
   bool mpirun_said_something_ = false;
+  bool sanitizer_reported_ = false;
   bool mute_mpirun_ = false;
   bool mpirun_sigkilled_ = false;
   std::set<std::string> mpi_segments_;

@@ -113,6 +113,14 @@ bool wait_status_ok(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+bool is_sanitizer_report(std::string_view line) {
+  for (const char* mark : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                           "WARNING: ThreadSanitizer", ": runtime error: "}) {
+    if (line.find(mark) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 std::optional<ProcessRef> process_ref(pid_t pid) {
   std::string comm;
   std::vector<std::string> fields;

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,10 @@ std::string signal_name(int sig);
 // "exited with status 3" or "killed by signal SIGKILL", for a waitpid status.
 std::string describe_wait_status(int status);
 bool wait_status_ok(int status);
+// A line of a sanitizer's report (ASan, LeakSanitizer, TSan, UBSan). The daemons run under
+// mpirun --enable-recovery, which exits 0 whatever they exit with, so a report at a daemon's
+// exit (a leak above all) is found in their output instead.
+bool is_sanitizer_report(std::string_view line);
 
 // A process we did not fork (a daemon, child of mpirun): its pid plus its start time, so a
 // signal never reaches an unrelated process that reused the pid.
