@@ -5,18 +5,13 @@
 #   bash tools/sanitize.sh --ci     # what the test command runs (tools/test.sh): the unit and
 #                                   # engine tests, the real-process tests labelled sanitize,
 #                                   # a 10 s soak, and the ring tests under TSan
-#   bash tools/sanitize.sh --ci-build  # only --ci's builds (tools/test.sh runs it at idle
-#                                   # priority beside the Release tests); --ci then finds them
-#                                   # built
 # Environment: JOBS (build parallelism, default nproc), SAN_CXX (default clang++: its -O0 build
 # takes two thirds of g++'s time, and its UBSan checks more, such as enum values; g++ works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
 ROOT=$PWD
-CI_MODE=false
-case $MODE in --ci | --ci-build) CI_MODE=true ;; esac
-$CI_MODE || bash tools/install-deps.sh
+[ "$MODE" = --ci ] || bash tools/install-deps.sh
 command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}
 SAN_CXX=${SAN_CXX:-clang++}
 SAN_CC=${SAN_CXX/clang++/clang}
@@ -40,22 +35,17 @@ CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_ap
 # the Release unit tests check every target bit for bit, and the full mode (no --ci)
 # sanitizes every target.
 HWY_FLAGS=""
-$CI_MODE && HWY_FLAGS="-DHWY_DISABLED_TARGETS=6528"
+[ "$MODE" = --ci ] && HWY_FLAGS="-DHWY_DISABLED_TARGETS=6528"
 # --ci leaves Gloo out of the sanitized bench: it is a baseline, and no test --ci runs uses it.
 GLOO_FLAGS=(-DCMAKE_DISABLE_FIND_PACKAGE_Gloo=OFF)
-$CI_MODE && GLOO_FLAGS=(-DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON)
+[ "$MODE" = --ci ] && GLOO_FLAGS=(-DCMAKE_DISABLE_FIND_PACKAGE_Gloo=ON)
 cmake -S . -B build-asan "${SAN_FLAGS[@]}" -DNODECOMM_SANITIZE=address,undefined \
   "-DCMAKE_CXX_FLAGS=$HWY_FLAGS" "${GLOO_FLAGS[@]}" >/dev/null
-if $CI_MODE; then
+if [ "$MODE" = --ci ]; then
   cmake --build build-asan -j "${JOBS:-$(nproc)}" --target "${CI_TARGETS[@]}"
 else
   cmake --build build-asan -j "${JOBS:-$(nproc)}"
 fi
-# The rings' single-writer positions under TSan (run at the end).
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  -DBUILD_TESTING=ON -DNODECOMM_SANITIZE=thread >/dev/null
-cmake --build build-tsan -j "${JOBS:-$(nproc)}" --target nodecomm_ring_tests
-[ "$MODE" = --ci-build ] && exit 0
 # Open MPI keeps allocations for the process lifetime and unloads its components at
 # MPI_Finalize; keep them loaded so its stacks symbolize, and suppress its leaks by library.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
@@ -111,4 +101,7 @@ else
 fi
 
 # The rings' single-writer positions under TSan: threads and processes hammering one ring.
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
+  -DBUILD_TESTING=ON -DNODECOMM_SANITIZE=thread >/dev/null
+cmake --build build-tsan -j "${JOBS:-$(nproc)}" --target nodecomm_ring_tests
 TSAN_OPTIONS=halt_on_error=1 build-tsan/bin/nodecomm_ring_tests

@@ -17,18 +17,6 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
 # that stage is skipped.
 exclude=full
 [ "${SANITIZERS:-1}" != 0 ] && exclude='full|sanitize'
-# The sanitizer stage's builds run meanwhile at idle priority (SCHED_IDLE): the Release tests
-# mostly wait on processes, and a SCHED_IDLE process only gets a CPU that nothing else wants,
-# so the tests that measure time see the machine as before. Its output goes to a log, shown if
-# it fails.
-san_build=""
-if [ "${SANITIZERS:-1}" != 0 ]; then
-  mkdir -p "$BUILD_DIR"
-  setsid chrt --idle 0 bash tools/sanitize.sh --ci-build >"$BUILD_DIR/sanitize-build.log" 2>&1 &
-  san_build=$!
-  # Not left running if the tests fail (setsid: the build is its own process group).
-  trap '[ -z "$san_build" ] || kill -- "-$san_build" 2>/dev/null || true' EXIT
-fi
 cd "$BUILD_DIR"
 # Two tests at a time: most wait on processes and sockets, not on the CPU. Those that measure
 # time or kill processes against deadlines are RUN_SERIAL (tests/CMakeLists.txt).
@@ -37,14 +25,6 @@ cd ..
 # Sanitizers: the unit and engine tests, the real-process tests labelled sanitize, the fuzzers
 # and a soak under ASan+UBSan, and the ring tests under TSan (tools/sanitize.sh --ci).
 # SANITIZERS=0 skips them, e.g. for a quick local run.
-if [ -n "$san_build" ]; then
-  echo "== sanitizer builds (at idle priority during the Release tests): waiting"
-  if ! wait "$san_build"; then
-    san_build=""
-    tail -n 60 "$BUILD_DIR/sanitize-build.log"
-    echo "the sanitizer builds failed (log: $BUILD_DIR/sanitize-build.log)"
-    exit 1
-  fi
-  san_build=""
+if [ "${SANITIZERS:-1}" != 0 ]; then
   bash tools/sanitize.sh --ci
 fi
