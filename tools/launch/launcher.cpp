@@ -44,7 +44,6 @@ constexpr size_t kMaxListedRanks = 16;
 constexpr size_t kMaxPartialLine = size_t{64} * 1024;
 constexpr const char* kMpirunPrefix = "[mpirun] ";
 
-
 std::string list_text(const std::string& one, const std::string& many,
                       const std::vector<std::string>& items) {
   std::string text = items.size() == 1 ? one : many;
