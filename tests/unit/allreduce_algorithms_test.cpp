@@ -32,7 +32,7 @@ using test::FakeNetwork;
 // Node n's contribution at element i: small integers, so every order of summing is exact.
 int64_t contribution(uint32_t node, size_t i, RedOp op) {
   if (op == RedOp::kProd) return static_cast<int64_t>((node + i) % 3) + 1;
-  return static_cast<int64_t>((i * 7 + node * 13) % 101) - 50;
+  return static_cast<int64_t>((i * 7 + size_t{node} * 13) % 101) - 50;
 }
 
 int64_t reference(uint32_t nodes, size_t i, RedOp op) {

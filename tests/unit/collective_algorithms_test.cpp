@@ -44,7 +44,7 @@ const char* kind_name(Kind k) {
 // Node n's contribution at element i: small integers, exact in every order of combining.
 int64_t contribution(uint32_t node, size_t i, RedOp op) {
   if (op == RedOp::kProd) return static_cast<int64_t>((node + i) % 3) + 1;
-  return static_cast<int64_t>((i * 7 + node * 13) % 101) - 50;
+  return static_cast<int64_t>((i * 7 + size_t{node} * 13) % 101) - 50;
 }
 
 int64_t reference(uint32_t nodes, size_t i, RedOp op) {
@@ -95,7 +95,7 @@ int64_t load(DType t, const void* buffer, size_t i) {
 
 // Byte i of node n's allgather block or of the broadcast root's buffer.
 uint8_t byte_of(uint32_t node, size_t i) {
-  return static_cast<uint8_t>((i * 31 + node * 17 + 5) % 251);
+  return static_cast<uint8_t>((i * 31 + size_t{node} * 17 + 5) % 251);
 }
 
 struct Case {
