@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -278,19 +279,25 @@ std::string nodes_name(const ::testing::TestParamInfo<uint32_t>& info) {
 INSTANTIATE_TEST_SUITE_P(Layouts, CollectiveAlgorithmsOnNodes, ::testing::Range(1u, 10u),
                          nodes_name);
 
-TEST_P(CollectiveAlgorithmsOnNodes, RingReduceScatterOverSizesAndPipelines) {
-  const uint32_t nodes = GetParam();
-  uint32_t seed = 1 + 100 * nodes;
-  for (size_t per_rank : {size_t{0}, size_t{1}, size_t{7}, size_t{1025}}) {
+// A ring algorithm on `nodes` nodes over uneven blocks of each size (with and without an empty
+// block), unsliced and at pipeline depths 3 and 8 in `slice`-byte slices over 1 or 3 lanes.
+void run_ring_over_sizes(Kind kind, DType dtype, uint32_t nodes,
+                         std::initializer_list<size_t> per_ranks, size_t slice, uint32_t seed) {
+  for (size_t per_rank : per_ranks) {
     for (bool with_empty : {false, true}) {
       for (uint32_t depth : {1u, 3u, 8u}) {
-        run_case({Kind::kReduceScatter, uneven(nodes, per_rank, with_empty), DType::kF32,
-                  RedOp::kSum, 0, depth == 1 ? size_t{1} << 20 : 64, depth, depth == 3 ? 3u : 1u},
+        run_case({kind, uneven(nodes, per_rank, with_empty), dtype, RedOp::kSum, 0,
+                  depth == 1 ? size_t{1} << 20 : slice, depth, depth == 3 ? 3u : 1u},
                  seed++);
         if (::testing::Test::HasFatalFailure()) return;
       }
     }
   }
+}
+
+TEST_P(CollectiveAlgorithmsOnNodes, RingReduceScatterOverSizesAndPipelines) {
+  run_ring_over_sizes(Kind::kReduceScatter, DType::kF32, GetParam(), {0, 1, 7, 1025}, 64,
+                      1 + 100 * GetParam());
 }
 
 TEST(CollectiveAlgorithms, RingReduceScatterEveryOpAndType) {
@@ -304,18 +311,8 @@ TEST(CollectiveAlgorithms, RingReduceScatterEveryOpAndType) {
 }
 
 TEST_P(CollectiveAlgorithmsOnNodes, RingAllgatherOverSizesAndPipelines) {
-  const uint32_t nodes = GetParam();
-  uint32_t seed = 2000 + 100 * nodes;
-  for (size_t per_rank : {size_t{0}, size_t{1}, size_t{13}, size_t{5003}}) {
-    for (bool with_empty : {false, true}) {
-      for (uint32_t depth : {1u, 3u, 8u}) {
-        run_case({Kind::kAllgather, uneven(nodes, per_rank, with_empty), DType::kU8, RedOp::kSum, 0,
-                  depth == 1 ? size_t{1} << 20 : 100, depth, depth == 3 ? 3u : 1u},
-                 seed++);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-    }
-  }
+  run_ring_over_sizes(Kind::kAllgather, DType::kU8, GetParam(), {0, 1, 13, 5003}, 100,
+                      2000 + 100 * GetParam());
 }
 
 TEST_P(CollectiveAlgorithmsOnNodes, ChainBroadcastEveryRoot) {

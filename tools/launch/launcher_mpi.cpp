@@ -1,12 +1,14 @@
-// The launcher's MPI side: the --netsim network, and the mpirun command lines of a launch (the
-// daemons', one per node, or PROGRAM's own with --backend mpi or gloo), on this machine or inside
-// the
-// --netsim switch namespace.
+// The launcher's MPI side: the --netsim network, and the mpirun of a launch (the daemons', one
+// per node, or PROGRAM's own with --backend mpi or gloo), on this machine or inside the --netsim
+// switch namespace.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <system_error>
 
 #include "launcher.hpp"
 #include "process.hpp"
@@ -165,6 +167,47 @@ std::vector<std::string> Launcher::program_app_contexts() const {
     args.insert(args.end(), opts_.program.begin() + 1, opts_.program.end());
   }
   return args;
+}
+
+void Launcher::start_mpirun() {
+  const auto [path, args] = mpirun_command();
+  // With --backend mpi or gloo, mpirun's output is PROGRAM's: it goes to our stdout and stderr
+  // as is.
+  const bool forward = !baseline();
+
+  int out[2];
+  int err[2];
+  ipc::Fd out_write;
+  ipc::Fd err_write;
+  if (forward) {
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(), "pipe");
+    }
+    out_write = ipc::Fd(out[1]);
+    mpirun_out_.fd = ipc::Fd(out[0]);
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+      throw std::system_error(errno, std::generic_category(), "pipe");
+    }
+    err_write = ipc::Fd(err[1]);
+    mpirun_err_.fd = ipc::Fd(err[0]);
+    for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+
+  SpawnSpec spec;
+  spec.path = path;
+  spec.argv = args;
+  spec.env = environment_with({{"OMPI_MCA_rmaps_base_oversubscribe", "1"}});
+  spec.new_session = true;
+  // Like mpirun itself, PROGRAM's rank 0 gets our stdin, but never a terminal (see start_ranks).
+  spec.stdin_fd = !forward && ::isatty(STDIN_FILENO) == 0 ? -1 : dev_null_.get();
+  spec.stdout_fd = out_write.get();
+  spec.stderr_fd = err_write.get();
+  // SIGTERM, not SIGKILL: should the launcher die, mpirun still takes its processes down.
+  spec.parent_death_signal = SIGTERM;
+  spec.signal_mask = child_mask_;
+  verbose(fmt::format("starting {}: {}", forward ? "daemons" : "ranks", shell_join(args)));
+  mpirun_pid_ = spawn(spec);
+  mpirun_running_ = true;
 }
 
 }  // namespace nodecomm::launch
