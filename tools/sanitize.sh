@@ -19,10 +19,10 @@ SAN_CC=${SAN_CC/g++/gcc}
 
 # -O0 halves the sanitized build against -O1 and costs the tests little: they wait on
 # processes and sockets. The kernels and their tests' reference loops stay at -O1
-# (NODECOMM_HOT_OPT). -g1 is enough for stacks with lines.
+# (NODECOMM_HOT_OPT). -g1 is enough for stacks with lines. Unity batches as in tools/test.sh.
 SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O0 -g1"
            "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O0 -g1" -DNODECOMM_HOT_OPT=-O1 -DBUILD_TESTING=ON
-           -DCMAKE_CXX_COMPILER="$SAN_CXX" -DCMAKE_C_COMPILER="$SAN_CC")
+           -DCMAKE_CXX_COMPILER="$SAN_CXX" -DCMAKE_C_COMPILER="$SAN_CC" -DCMAKE_UNITY_BUILD=ON)
 # What --ci builds: the programs behind the unit and engine tests and behind label sanitize.
 CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_api_tests
             nodecomm_engine_tests nodecomm_utility_tests ctl_counters_test

@@ -29,11 +29,6 @@ AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t by
 
 namespace {
 
-struct Range {
-  size_t first = 0;
-  size_t count = 0;
-};
-
 // Ring allreduce, cut into `slices` independent rings: slice j of the ring covers part j of
 // every one of the N blocks. Up to `depth` slices run at once, each through 2(N-1) steps:
 // reduce-scatter steps k < N-1 send block (r-k) and add block (r-k-1) from the left
@@ -324,13 +319,6 @@ class RecordExchange final : public AllreduceAlgorithm {
   PointToPoint& net_;
   std::vector<P2pRequest> pending_;
 };
-
-void check_tags(const PointToPoint& net, int tag_base) {
-  if (tag_base < 0 || tag_base > net.max_tag() - kTagsPerOperation + 1) {
-    throw TransportError(fmt::format("tag base {} outside [0, {}]", tag_base,
-                                     net.max_tag() - kTagsPerOperation + 1));
-  }
-}
 
 }  // namespace
 

@@ -23,18 +23,6 @@ bool choose_pipelined(const AlgorithmTuning& tuning, size_t bytes, uint32_t node
 
 namespace {
 
-struct Range {
-  size_t first = 0;
-  size_t count = 0;
-};
-
-void check_tags(const PointToPoint& net, int tag_base) {
-  if (tag_base < 0 || tag_base > net.max_tag() - kTagsPerOperation + 1) {
-    throw TransportError(fmt::format("tag base {} outside [0, {}]", tag_base,
-                                     net.max_tag() - kTagsPerOperation + 1));
-  }
-}
-
 // Slices for a largest piece of `bytes`: about one --chunk-size each, at least one, at most
 // one tag each.
 size_t slice_count(size_t bytes, const AlgorithmTuning& tuning) {

@@ -27,35 +27,9 @@ namespace {
 using proto::DType;
 using proto::RedOp;
 using test::FakeEndpoint;
+using test::contribution;
 using test::FakeNetwork;
-
-// Node n's contribution at element i: small integers, so every order of summing is exact.
-int64_t contribution(uint32_t node, size_t i, RedOp op) {
-  if (op == RedOp::kProd) return static_cast<int64_t>((node + i) % 3) + 1;
-  return static_cast<int64_t>((i * 7 + size_t{node} * 13) % 101) - 50;
-}
-
-int64_t reference(uint32_t nodes, size_t i, RedOp op) {
-  int64_t acc = contribution(0, i, op);
-  for (uint32_t n = 1; n < nodes; ++n) {
-    const int64_t v = contribution(n, i, op);
-    switch (op) {
-      case RedOp::kSum:
-        acc += v;
-        break;
-      case RedOp::kProd:
-        acc *= v;
-        break;
-      case RedOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      default:
-        acc = std::max(acc, v);
-        break;
-    }
-  }
-  return acc;
-}
+using test::reference;
 
 template <typename T>
 void store(void* buffer, size_t i, int64_t v) {

@@ -25,7 +25,9 @@ namespace {
 using proto::DType;
 using proto::RedOp;
 using test::FakeEndpoint;
+using test::contribution;
 using test::FakeNetwork;
+using test::reference;
 
 enum class Kind { kReduceScatter, kAllgather, kBroadcast, kReduce };
 
@@ -40,24 +42,6 @@ const char* kind_name(Kind k) {
     default:
       return "reduce";
   }
-}
-
-// Node n's contribution at element i: small integers, exact in every order of combining.
-int64_t contribution(uint32_t node, size_t i, RedOp op) {
-  if (op == RedOp::kProd) return static_cast<int64_t>((node + i) % 3) + 1;
-  return static_cast<int64_t>((i * 7 + size_t{node} * 13) % 101) - 50;
-}
-
-int64_t reference(uint32_t nodes, size_t i, RedOp op) {
-  int64_t acc = contribution(0, i, op);
-  for (uint32_t n = 1; n < nodes; ++n) {
-    const int64_t v = contribution(n, i, op);
-    if (op == RedOp::kSum) acc += v;
-    if (op == RedOp::kProd) acc *= v;
-    if (op == RedOp::kMin) acc = std::min(acc, v);
-    if (op == RedOp::kMax) acc = std::max(acc, v);
-  }
-  return acc;
 }
 
 void store(DType t, void* buffer, size_t i, int64_t v) {
@@ -99,7 +83,7 @@ uint8_t byte_of(uint32_t node, size_t i) {
   return static_cast<uint8_t>((i * 31 + size_t{node} * 17 + 5) % 251);
 }
 
-struct Case {
+struct CollectiveCase {
   Kind kind;
   std::vector<size_t> counts;  // reduce-scatter, allgather: per node; else {count, nodes}
   DType dtype = DType::kF32;
@@ -110,7 +94,7 @@ struct Case {
   uint32_t lanes = 1;
 };
 
-void run_case(const Case& c, uint32_t seed) {
+void run_collective_case(const CollectiveCase& c, uint32_t seed) {
   const bool blocks = c.kind == Kind::kReduceScatter || c.kind == Kind::kAllgather;
   const auto n_nodes = static_cast<uint32_t>(blocks ? c.counts.size() : c.counts[1]);
   std::string counts_text;
@@ -286,7 +270,7 @@ void run_ring_over_sizes(Kind kind, DType dtype, uint32_t nodes,
   for (size_t per_rank : per_ranks) {
     for (bool with_empty : {false, true}) {
       for (uint32_t depth : {1u, 3u, 8u}) {
-        run_case({kind, uneven(nodes, per_rank, with_empty), dtype, RedOp::kSum, 0,
+        run_collective_case({kind, uneven(nodes, per_rank, with_empty), dtype, RedOp::kSum, 0,
                   depth == 1 ? size_t{1} << 20 : slice, depth, depth == 3 ? 3u : 1u},
                  seed++);
         if (::testing::Test::HasFatalFailure()) return;
@@ -304,7 +288,7 @@ TEST(CollectiveAlgorithms, RingReduceScatterEveryOpAndType) {
   uint32_t seed = 100;
   for (DType dtype : {DType::kI32, DType::kI64, DType::kF64, DType::kF32}) {
     for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax}) {
-      run_case({Kind::kReduceScatter, {301, 100, 203}, dtype, op, 0, 128, 4, 2}, seed++);
+      run_collective_case({Kind::kReduceScatter, {301, 100, 203}, dtype, op, 0, 128, 4, 2}, seed++);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -321,7 +305,7 @@ TEST_P(CollectiveAlgorithmsOnNodes, ChainBroadcastEveryRoot) {
   for (uint32_t root = 0; root < nodes; ++root) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{999}, size_t{40000}}) {
       for (uint32_t depth : {1u, 4u}) {
-        run_case({Kind::kBroadcast,
+        run_collective_case({Kind::kBroadcast,
                   {count, nodes},
                   DType::kU8,
                   RedOp::kSum,
@@ -341,7 +325,7 @@ TEST(CollectiveAlgorithms, ChainReduceEveryRootOpAndType) {
   for (uint32_t nodes = 1; nodes <= 9; ++nodes) {
     for (uint32_t root : {0u, nodes - 1, nodes / 2}) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{10001}}) {
-        run_case({Kind::kReduce, {count, nodes}, DType::kF32, RedOp::kSum, root, 1024, 3, 2},
+        run_collective_case({Kind::kReduce, {count, nodes}, DType::kF32, RedOp::kSum, root, 1024, 3, 2},
                  seed++);
         if (::testing::Test::HasFatalFailure()) return;
       }
@@ -349,7 +333,7 @@ TEST(CollectiveAlgorithms, ChainReduceEveryRootOpAndType) {
   }
   for (DType dtype : {DType::kI32, DType::kI64, DType::kF64}) {
     for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMin, RedOp::kMax}) {
-      run_case({Kind::kReduce, {1001, 4}, dtype, op, 2, 128, 4, 1}, seed++);
+      run_collective_case({Kind::kReduce, {1001, 4}, dtype, op, 2, 128, 4, 1}, seed++);
       if (::testing::Test::HasFatalFailure()) return;
     }
   }
@@ -357,8 +341,8 @@ TEST(CollectiveAlgorithms, ChainReduceEveryRootOpAndType) {
 
 TEST(CollectiveAlgorithms, SliceCountIsCappedToTheTagRange) {
   // A million one-byte slices would need a million tags: bigger slices instead.
-  run_case({Kind::kBroadcast, {size_t{1} << 20, 3}, DType::kU8, RedOp::kSum, 1, 1, 8, 1}, 7);
-  run_case({Kind::kReduceScatter, {size_t{1} << 18, 5, 1}, DType::kF32, RedOp::kSum, 0, 1, 8, 1},
+  run_collective_case({Kind::kBroadcast, {size_t{1} << 20, 3}, DType::kU8, RedOp::kSum, 1, 1, 8, 1}, 7);
+  run_collective_case({Kind::kReduceScatter, {size_t{1} << 18, 5, 1}, DType::kF32, RedOp::kSum, 0, 1, 8, 1},
            8);
 }
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -14,6 +16,7 @@
 #include <tuple>
 
 #include "net/p2p.hpp"
+#include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::daemon::test {
 
@@ -107,5 +110,25 @@ class FakeEndpoint final : public PointToPoint {
   FakeNetwork& net_;
   uint32_t rank_;
 };
+
+// Node n's contribution at element i for the algorithms' checks: small integers, so every
+// order of combining is exact.
+inline int64_t contribution(uint32_t node, size_t i, proto::RedOp op) {
+  if (op == proto::RedOp::kProd) return static_cast<int64_t>((node + i) % 3) + 1;
+  return static_cast<int64_t>((i * 7 + size_t{node} * 13) % 101) - 50;
+}
+
+// The combination of every node's contribution at element i (sum, prod, min or max).
+inline int64_t reference(uint32_t nodes, size_t i, proto::RedOp op) {
+  int64_t acc = contribution(0, i, op);
+  for (uint32_t n = 1; n < nodes; ++n) {
+    const int64_t v = contribution(n, i, op);
+    if (op == proto::RedOp::kSum) acc += v;
+    if (op == proto::RedOp::kProd) acc *= v;
+    if (op == proto::RedOp::kMin) acc = std::min(acc, v);
+    if (op == proto::RedOp::kMax) acc = std::max(acc, v);
+  }
+  return acc;
+}
 
 }  // namespace nodecomm::daemon::test

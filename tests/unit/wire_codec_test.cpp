@@ -30,7 +30,7 @@ using proto::Compression;
 using proto::RedOp;
 using namespace wire_reference;
 
-constexpr size_t kCounts[] = {0, 1, 7, 255, 256, 257, 4099};
+constexpr size_t kCodecCounts[] = {0, 1, 7, 255, 256, 257, 4099};
 constexpr Compression kAll[] = {Compression::kNone, Compression::kBF16, Compression::kF16,
                                 Compression::kInt8};
 constexpr Compression kLossy[] = {Compression::kBF16, Compression::kF16, Compression::kInt8};
@@ -45,12 +45,12 @@ std::string Name(Compression c) {
 // SIMD targets
 
 // Once per target (simd_targets.hpp), named by wire_codec_target().
-const std::vector<std::pair<int64_t, std::string>>& Targets() {
+const std::vector<std::pair<int64_t, std::string>>& CodecTargets() {
   return test::Targets<&wire_codec_target>();
 }
 
 template <class F>
-void ForEachTarget(const F& f) {
+void ForEachCodecTarget(const F& f) {
   test::ForEachTarget<&wire_codec_target>(f);
 }
 
@@ -244,14 +244,14 @@ TEST(WireCodec, WireBytes) {
 
 TEST(WireCodec, TargetName) {
   EXPECT_FALSE(std::string(wire_codec_target()).empty());
-  for (const auto& [target, name] : Targets()) std::printf("wire codec target: %s\n", name.c_str());
+  for (const auto& [target, name] : CodecTargets()) std::printf("wire codec target: %s\n", name.c_str());
 }
 
 // Every entry point, every target, against the scalar reference, bit for bit.
 TEST(WireCodec, SimdMatchesScalarReferenceBitForBit) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     for (Compression c : kAll) {
-      for (size_t count : kCounts) {
+      for (size_t count : kCodecCounts) {
         for (Dist dist : kDists) {
           SCOPED_TRACE(Name(c) + " count " + std::to_string(count) + " dist " +
                        std::to_string(static_cast<int>(dist)));
@@ -313,9 +313,9 @@ TEST(WireCodec, NoneIsLossless) {
 }
 
 TEST(WireCodec, RepresentableValuesRoundTripExactly) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     std::mt19937_64 rng(11);
-    for (size_t count : kCounts) {
+    for (size_t count : kCodecCounts) {
       std::vector<float> bf(count), h(count), q(count);
       for (size_t i = 0; i < count; ++i) {
         // Finite bf16 and f16 patterns, subnormals and zeros included.
@@ -345,7 +345,7 @@ TEST(WireCodec, RepresentableValuesRoundTripExactly) {
 }
 
 TEST(WireCodec, RelativeErrorBounds) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     std::mt19937_64 rng(12);
     const size_t n = 4099;
     // bf16 over (almost) the whole f32 normal range: |err| <= 2^-8 |x| (half an ulp is 2^-9).
@@ -403,7 +403,7 @@ TEST(WireCodec, RelativeErrorBounds) {
 }
 
 TEST(WireCodec, NaNAndInf) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     const float qnan = std::numeric_limits<float>::quiet_NaN();
     const float snan = FromBits(0x7F800001u);
     const std::vector<float> x = {qnan,
@@ -470,9 +470,9 @@ TEST(WireCodec, NaNAndInf) {
 }
 
 TEST(WireCodec, DecodeAccumulate) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     for (Compression c : kAll) {
-      for (size_t count : kCounts) {
+      for (size_t count : kCodecCounts) {
         SCOPED_TRACE(Name(c) + " count " + std::to_string(count));
         const auto x = Gen(Dist::kGaussian, count, Seed(c, Dist::kGaussian, count, 5));
         const auto dst0 = Gen(Dist::kGaussian, count, Seed(c, Dist::kGaussian, count, 6));
@@ -610,7 +610,7 @@ TEST(WireCodec, ErrorFeedbackFixesBiasedRounding) {
   const auto biased = [s](int, std::vector<float>& g) {
     for (size_t i = 0; i < g.size(); ++i) g[i] = (i % kInt8Block == 0 ? 127.0f : 0.3f) * s;
   };
-  ForEachTarget([&] {
+  ForEachCodecTarget([&] {
     const auto with = RunFeedback(Compression::kInt8, kCount, kSteps, true, biased);
     const auto without = RunFeedback(Compression::kInt8, kCount, kSteps, false, biased);
     EXPECT_LE(with.worst_excess, 0.0);
@@ -622,7 +622,7 @@ TEST(WireCodec, ErrorFeedbackFixesBiasedRounding) {
 
 // An inf or NaN step must not poison later steps through the residual.
 TEST(WireCodec, ErrorFeedbackRecoversFromNonFiniteStep) {
-  ForEachTarget([] {
+  ForEachCodecTarget([] {
     for (Compression c : kLossy) {
       SCOPED_TRACE(Name(c));
       const size_t n = 600;

@@ -21,12 +21,6 @@
 namespace nodecomm::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double us_since(Clock::time_point start, Clock::time_point end) {
-  return std::chrono::duration<double, std::micro>(end - start).count();
-}
-
 class Probe {
  public:
   Probe(Backend& backend, const ProbeConfig& config)

@@ -23,12 +23,6 @@
 namespace nodecomm::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double us_since(Clock::time_point start, Clock::time_point end) {
-  return std::chrono::duration<double, std::micro>(end - start).count();
-}
-
 // The sink of the spin loop, so that the compiler cannot drop it.
 volatile double g_spin_sink = 0;
 

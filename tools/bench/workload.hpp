@@ -3,6 +3,7 @@
 // the daemon's runtime parameters).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -20,6 +21,13 @@ class App;
 }
 
 namespace nodecomm::bench {
+
+using Clock = std::chrono::steady_clock;
+
+// Microseconds from `start` to `end`: the one timing unit of the workload and the probe.
+inline double us_since(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::micro>(end - start).count();
+}
 
 // One gradient tensor of a model, in backprop order (the first is ready first).
 struct Tensor {
