@@ -42,9 +42,10 @@ bool valid_redop(nc_redop_t op) {
   return op >= NC_SUM && op <= NC_AVG;
 }
 
-nc_status_t post(nc_context_t* ctx, const char* call, proto::Collective collective,
-                 const void* send, void* recv, size_t count, nc_dtype_t dtype, nc_redop_t op,
-                 int root, nc_comm_t comm, const nc_op_attr_t* attr, nc_request_t* req) {
+nc_status_t post_collective(nc_context_t* ctx, const char* call, proto::Collective collective,
+                            const void* send, void* recv, size_t count, nc_dtype_t dtype,
+                            nc_redop_t op, int root, nc_comm_t comm, const nc_op_attr_t* attr,
+                            nc_request_t* req) {
   if (ctx == nullptr) return not_initialized(call);
   if (!valid_dtype(dtype) || !valid_redop(op)) {
     t_last_error = std::string(call) + ": unknown dtype " + std::to_string(dtype) + " or op " +
@@ -175,57 +176,57 @@ nc_status_t nc_arena_info(const nc_context_t* ctx, uint64_t* total_bytes, uint64
 nc_status_t nc_allreduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
                          nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm, const nc_op_attr_t* attr,
                          nc_request_t* req) {
-  return post(ctx, "nc_allreduce", proto::Collective::kAllreduce, send, recv, count, dtype, op, 0,
-              comm, attr, req);
+  return post_collective(ctx, "nc_allreduce", proto::Collective::kAllreduce, send, recv, count,
+                         dtype, op, 0, comm, attr, req);
 }
 
 nc_status_t nc_reduce(nc_context_t* ctx, const void* send, void* recv, size_t count,
                       nc_dtype_t dtype, nc_redop_t op, int root, nc_comm_t comm,
                       const nc_op_attr_t* attr, nc_request_t* req) {
-  return post(ctx, "nc_reduce", proto::Collective::kReduce, send, recv, count, dtype, op, root,
-              comm, attr, req);
+  return post_collective(ctx, "nc_reduce", proto::Collective::kReduce, send, recv, count, dtype, op,
+                         root, comm, attr, req);
 }
 
 nc_status_t nc_broadcast(nc_context_t* ctx, const void* send, void* recv, size_t count,
                          nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
                          nc_request_t* req) {
-  return post(ctx, "nc_broadcast", proto::Collective::kBroadcast, send, recv, count, dtype, NC_SUM,
-              root, comm, attr, req);
+  return post_collective(ctx, "nc_broadcast", proto::Collective::kBroadcast, send, recv, count,
+                         dtype, NC_SUM, root, comm, attr, req);
 }
 
 nc_status_t nc_reduce_scatter(nc_context_t* ctx, const void* send, void* recv, size_t recv_count,
                               nc_dtype_t dtype, nc_redop_t op, nc_comm_t comm,
                               const nc_op_attr_t* attr, nc_request_t* req) {
-  return post(ctx, "nc_reduce_scatter", proto::Collective::kReduceScatter, send, recv, recv_count,
-              dtype, op, 0, comm, attr, req);
+  return post_collective(ctx, "nc_reduce_scatter", proto::Collective::kReduceScatter, send, recv,
+                         recv_count, dtype, op, 0, comm, attr, req);
 }
 
 nc_status_t nc_allgather(nc_context_t* ctx, const void* send, void* recv, size_t send_count,
                          nc_dtype_t dtype, nc_comm_t comm, const nc_op_attr_t* attr,
                          nc_request_t* req) {
-  return post(ctx, "nc_allgather", proto::Collective::kAllgather, send, recv, send_count, dtype,
-              NC_SUM, 0, comm, attr, req);
+  return post_collective(ctx, "nc_allgather", proto::Collective::kAllgather, send, recv, send_count,
+                         dtype, NC_SUM, 0, comm, attr, req);
 }
 
 nc_status_t nc_gather(nc_context_t* ctx, const void* send, void* recv, size_t send_count,
                       nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
                       nc_request_t* req) {
-  return post(ctx, "nc_gather", proto::Collective::kGather, send, recv, send_count, dtype, NC_SUM,
-              root, comm, attr, req);
+  return post_collective(ctx, "nc_gather", proto::Collective::kGather, send, recv, send_count,
+                         dtype, NC_SUM, root, comm, attr, req);
 }
 
 nc_status_t nc_scatter(nc_context_t* ctx, const void* send, void* recv, size_t recv_count,
                        nc_dtype_t dtype, int root, nc_comm_t comm, const nc_op_attr_t* attr,
                        nc_request_t* req) {
-  return post(ctx, "nc_scatter", proto::Collective::kScatter, send, recv, recv_count, dtype, NC_SUM,
-              root, comm, attr, req);
+  return post_collective(ctx, "nc_scatter", proto::Collective::kScatter, send, recv, recv_count,
+                         dtype, NC_SUM, root, comm, attr, req);
 }
 
 nc_status_t nc_alltoall(nc_context_t* ctx, const void* send, void* recv, size_t count,
                         nc_dtype_t dtype, nc_comm_t comm, const nc_op_attr_t* attr,
                         nc_request_t* req) {
-  return post(ctx, "nc_alltoall", proto::Collective::kAlltoall, send, recv, count, dtype, NC_SUM, 0,
-              comm, attr, req);
+  return post_collective(ctx, "nc_alltoall", proto::Collective::kAlltoall, send, recv, count, dtype,
+                         NC_SUM, 0, comm, attr, req);
 }
 
 nc_status_t nc_allgatherv(nc_context_t* ctx, const void* send, size_t send_count, void* recv,
@@ -245,8 +246,8 @@ nc_status_t nc_alltoallv(nc_context_t* ctx, const void* send, const size_t* send
 
 nc_status_t nc_barrier(nc_context_t* ctx, nc_comm_t comm, const nc_op_attr_t* attr,
                        nc_request_t* req) {
-  return post(ctx, "nc_barrier", proto::Collective::kBarrier, nullptr, nullptr, 0, NC_U8, NC_SUM, 0,
-              comm, attr, req);
+  return post_collective(ctx, "nc_barrier", proto::Collective::kBarrier, nullptr, nullptr, 0, NC_U8,
+                         NC_SUM, 0, comm, attr, req);
 }
 
 nc_status_t nc_test(nc_context_t* ctx, nc_request_t req) {

@@ -15,20 +15,17 @@
 #include <memory>
 #include <string>
 
-#include "config/tuning.hpp"
 #include "algorithms/allreduce_hooks.hpp"
+#include "algorithms/operation_tags.hpp"
+#include "config/tuning.hpp"
 #include "net/p2p.hpp"
 #include "nodecomm/proto/types.hpp"
 
 namespace nodecomm::daemon {
 
-
-
-
 // Picks the algorithm for `bytes` on `nodes` nodes (kAuto is resolved, never returned).
 AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t bytes,
                                         uint32_t nodes);
-
 
 struct AllreduceSpec {
   void* buffer = nullptr;
@@ -62,7 +59,5 @@ std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoi
 // message to and from each peer, for the scheduler's small per-round records.
 std::unique_ptr<AllreduceAlgorithm> make_record_exchange(PointToPoint& net, int tag_base,
                                                          void* records, size_t bytes);
-// Tags an operation may use, whatever its size: the ring caps its slice count to fit.
-inline constexpr int kTagsPerOperation = 1024;
 
 }  // namespace nodecomm::daemon

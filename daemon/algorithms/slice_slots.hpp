@@ -1,16 +1,10 @@
 // The pipelined algorithms (ring allreduce, ring reduce-scatter and allgather, chains) cut the
 // buffer into slices and keep up to --pipeline-depth of them in flight, one per slot. This is
-// their one progress loop, with the pieces both algorithm files share.
+// their one progress loop.
 #pragma once
-
-#include <fmt/format.h>
 
 #include <cstddef>
 #include <vector>
-
-#include "algorithms/allreduce_algorithms.hpp"
-#include "net/p2p.hpp"
-#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 
@@ -19,14 +13,6 @@ struct Range {
   size_t first = 0;
   size_t count = 0;
 };
-
-// An operation owns tags [tag_base, tag_base + kTagsPerOperation); all of them must exist.
-inline void check_tags(const PointToPoint& net, int tag_base) {
-  if (tag_base < 0 || tag_base > net.max_tag() - kTagsPerOperation + 1) {
-    throw TransportError(fmt::format("tag base {} outside [0, {}]", tag_base,
-                                     net.max_tag() - kTagsPerOperation + 1));
-  }
-}
 
 // Moves every slot as far as its requests allow; a free slot takes the next slice not yet
 // begun. `begin(slot, slice)` starts a slice in a free slot (setting slot.active);

@@ -45,24 +45,25 @@ TransportHandle split_start_network(CollectiveContext& ctx, Operation& op) {
 
 namespace {
 
-struct Entry {
+struct SplitEntry {
   SplitRecord record;
   uint32_t parent_node;
 };
 
 // Every record with the parent node it came from, grouped by color in ascending order and
 // sorted by (key, parent rank) within a color: the same on every daemon.
-std::map<int32_t, std::vector<Entry>> plan(const CommLayout& parent, const Operation& op) {
+std::map<int32_t, std::vector<SplitEntry>> plan_split(const CommLayout& parent,
+                                                      const Operation& op) {
   const auto* records = static_cast<const SplitRecord*>(op.staging.data);
-  std::map<int32_t, std::vector<Entry>> by_color;
+  std::map<int32_t, std::vector<SplitEntry>> by_color;
   for (uint32_t n = 0; n < parent.node_sizes.size(); ++n) {
     for (uint32_t i = 0; i < parent.node_sizes[n]; ++i) {
       const SplitRecord& r = records[parent.node_offsets[n] + i];
-      if (r.color != proto::kUndefinedColor) by_color[r.color].push_back(Entry{r, n});
+      if (r.color != proto::kUndefinedColor) by_color[r.color].push_back(SplitEntry{r, n});
     }
   }
   for (auto& [color, entries] : by_color) {
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    std::stable_sort(entries.begin(), entries.end(), [](const SplitEntry& a, const SplitEntry& b) {
       return a.record.key != b.record.key ? a.record.key < b.record.key
                                           : a.record.parent_rank < b.record.parent_rank;
     });
@@ -70,9 +71,9 @@ std::map<int32_t, std::vector<Entry>> plan(const CommLayout& parent, const Opera
   return by_color;
 }
 
-bool hosts(const std::vector<Entry>& entries, uint32_t node) {
+bool hosts(const std::vector<SplitEntry>& entries, uint32_t node) {
   return std::any_of(entries.begin(), entries.end(),
-                     [node](const Entry& e) { return e.parent_node == node; });
+                     [node](const SplitEntry& e) { return e.parent_node == node; });
 }
 
 }  // namespace
@@ -80,7 +81,7 @@ bool hosts(const std::vector<Entry>& entries, uint32_t node) {
 TransportHandle split_start_groups(CollectiveContext& ctx, Operation& op) {
   const CommLayout& parent = ctx.comm.layout();
   std::vector<bool> include;
-  for (const auto& [color, entries] : plan(parent, op)) {
+  for (const auto& [color, entries] : plan_split(parent, op)) {
     include.push_back(hosts(entries, parent.node_index));
   }
   return ctx.transport.start_split_groups(parent.node_comm, std::move(include));
@@ -91,7 +92,7 @@ void split_finish(CollectiveContext& ctx, Operation& op, TransportHandle groups)
   const std::vector<NodeComm> node_comms = ctx.transport.take_groups(groups);
   op.split_results.assign(parent.members.size(), Operation::SplitResult{});
   size_t index = 0;
-  for (const auto& [color, entries] : plan(parent, op)) {
+  for (const auto& [color, entries] : plan_split(parent, op)) {
     const NodeComm node_comm = node_comms[index++];
     // The group's daemons in parent node order; each node's members in new-rank order.
     std::map<uint32_t, std::vector<uint32_t>> ranks_of_node;

@@ -39,7 +39,7 @@ void note(std::string& text, int& listed, const std::string& what) {
   ++listed;
 }
 
-std::string finish(std::string text, int listed) {
+std::string finish_listing(std::string text, int listed) {
   if (listed == 0) return {};
   if (listed > kListed) text += fmt::format("; and {} more", listed - kListed);
   return text;
@@ -90,7 +90,7 @@ std::string local_count_disagreement(Collective c, uint64_t seq, uint32_t size,
       }
     }
   }
-  return finish(std::move(text), listed);
+  return finish_listing(std::move(text), listed);
 }
 
 CountDigest node_count_digest(Collective c, uint32_t size, const std::vector<MemberCounts>& members,

@@ -50,7 +50,7 @@ std::string describe_submission(const proto::OpDescriptor& d) {
 }
 
 namespace {
-bool agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
+bool descriptors_agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
   if (a.collective != b.collective) return false;
   // A split's color and key (carried in root and count) differ by design.
   const auto c = static_cast<proto::Collective>(a.collective);
@@ -67,7 +67,8 @@ bool agree(const proto::OpDescriptor& a, const proto::OpDescriptor& b) {
 std::string describe_disagreement(const Operation& op, const CommLayout& layout) {
   const proto::OpDescriptor& reference = op.first();
   bool all_agree = true;
-  for (const auto& s : op.slots) all_agree = all_agree && s && agree(s->desc, reference);
+  for (const auto& s : op.slots)
+    all_agree = all_agree && s && descriptors_agree(s->desc, reference);
   if (all_agree) return {};
   std::string text = fmt::format("seq {}:", op.seq);
   for (size_t k = 0; k < op.slots.size(); ++k) {

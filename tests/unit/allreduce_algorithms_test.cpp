@@ -26,19 +26,12 @@ namespace {
 
 using proto::DType;
 using proto::RedOp;
-using test::FakeEndpoint;
 using test::contribution;
+using test::FakeEndpoint;
 using test::FakeNetwork;
+using test::load;
 using test::reference;
-
-template <typename T>
-void store(void* buffer, size_t i, int64_t v) {
-  static_cast<T*>(buffer)[i] = static_cast<T>(v);
-}
-template <typename T>
-int64_t load(const void* buffer, size_t i) {
-  return static_cast<int64_t>(static_cast<const T*>(buffer)[i]);
-}
+using test::store;
 
 struct Case {
   AllreduceAlgorithmKind kind;
@@ -76,21 +69,7 @@ void run_case(const Case& c, uint32_t seed) {
     hooks.prepare = [&, n, buffer](size_t first, size_t count) {
       for (size_t i = first; i < first + count; ++i) {
         ASSERT_EQ(prepared[n][i]++, 0) << "element " << i << " prepared twice on node " << n;
-        const int64_t v = contribution(n, i, c.op);
-        switch (c.dtype) {
-          case DType::kF32:
-            store<float>(buffer, i, v);
-            break;
-          case DType::kF64:
-            store<double>(buffer, i, v);
-            break;
-          case DType::kI32:
-            store<int32_t>(buffer, i, v);
-            break;
-          default:
-            store<int64_t>(buffer, i, v);
-            break;
-        }
+        store(c.dtype, buffer, i, contribution(n, i, c.op));
       }
     };
     hooks.done = [&, n](size_t first, size_t count) {
@@ -129,22 +108,8 @@ void run_case(const Case& c, uint32_t seed) {
     for (size_t i = 0; i < c.count; ++i) {
       ASSERT_EQ(prepared[n][i], 1) << "node " << n << " element " << i << " never prepared";
       ASSERT_EQ(delivered[n][i], 1) << "node " << n << " element " << i << " never delivered";
-      int64_t got = 0;
-      switch (c.dtype) {
-        case DType::kF32:
-          got = load<float>(buffers[n].data(), i);
-          break;
-        case DType::kF64:
-          got = load<double>(buffers[n].data(), i);
-          break;
-        case DType::kI32:
-          got = load<int32_t>(buffers[n].data(), i);
-          break;
-        default:
-          got = load<int64_t>(buffers[n].data(), i);
-          break;
-      }
-      ASSERT_EQ(got, reference(c.nodes, i, c.op)) << "node " << n << " element " << i;
+      ASSERT_EQ(load(c.dtype, buffers[n].data(), i), reference(c.nodes, i, c.op))
+          << "node " << n << " element " << i;
     }
   }
 }

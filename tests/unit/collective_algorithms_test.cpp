@@ -24,10 +24,12 @@ namespace {
 
 using proto::DType;
 using proto::RedOp;
-using test::FakeEndpoint;
 using test::contribution;
+using test::FakeEndpoint;
 using test::FakeNetwork;
+using test::load;
 using test::reference;
+using test::store;
 
 enum class Kind { kReduceScatter, kAllgather, kBroadcast, kReduce };
 
@@ -41,40 +43,6 @@ const char* kind_name(Kind k) {
       return "broadcast";
     default:
       return "reduce";
-  }
-}
-
-void store(DType t, void* buffer, size_t i, int64_t v) {
-  switch (t) {
-    case DType::kF32:
-      static_cast<float*>(buffer)[i] = static_cast<float>(v);
-      break;
-    case DType::kF64:
-      static_cast<double*>(buffer)[i] = static_cast<double>(v);
-      break;
-    case DType::kI32:
-      static_cast<int32_t*>(buffer)[i] = static_cast<int32_t>(v);
-      break;
-    case DType::kI64:
-      static_cast<int64_t*>(buffer)[i] = v;
-      break;
-    default:
-      static_cast<uint8_t*>(buffer)[i] = static_cast<uint8_t>(v);
-      break;
-  }
-}
-int64_t load(DType t, const void* buffer, size_t i) {
-  switch (t) {
-    case DType::kF32:
-      return static_cast<int64_t>(static_cast<const float*>(buffer)[i]);
-    case DType::kF64:
-      return static_cast<int64_t>(static_cast<const double*>(buffer)[i]);
-    case DType::kI32:
-      return static_cast<const int32_t*>(buffer)[i];
-    case DType::kI64:
-      return static_cast<const int64_t*>(buffer)[i];
-    default:
-      return static_cast<const uint8_t*>(buffer)[i];
   }
 }
 
@@ -271,8 +239,8 @@ void run_ring_over_sizes(Kind kind, DType dtype, uint32_t nodes,
     for (bool with_empty : {false, true}) {
       for (uint32_t depth : {1u, 3u, 8u}) {
         run_collective_case({kind, uneven(nodes, per_rank, with_empty), dtype, RedOp::kSum, 0,
-                  depth == 1 ? size_t{1} << 20 : slice, depth, depth == 3 ? 3u : 1u},
-                 seed++);
+                             depth == 1 ? size_t{1} << 20 : slice, depth, depth == 3 ? 3u : 1u},
+                            seed++);
         if (::testing::Test::HasFatalFailure()) return;
       }
     }
@@ -306,14 +274,14 @@ TEST_P(CollectiveAlgorithmsOnNodes, ChainBroadcastEveryRoot) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{999}, size_t{40000}}) {
       for (uint32_t depth : {1u, 4u}) {
         run_collective_case({Kind::kBroadcast,
-                  {count, nodes},
-                  DType::kU8,
-                  RedOp::kSum,
-                  root,
-                  depth == 1 ? size_t{1} << 20 : 512,
-                  depth,
-                  depth == 4 ? 2u : 1u},
-                 seed++);
+                             {count, nodes},
+                             DType::kU8,
+                             RedOp::kSum,
+                             root,
+                             depth == 1 ? size_t{1} << 20 : 512,
+                             depth,
+                             depth == 4 ? 2u : 1u},
+                            seed++);
         if (::testing::Test::HasFatalFailure()) return;
       }
     }
@@ -325,8 +293,8 @@ TEST(CollectiveAlgorithms, ChainReduceEveryRootOpAndType) {
   for (uint32_t nodes = 1; nodes <= 9; ++nodes) {
     for (uint32_t root : {0u, nodes - 1, nodes / 2}) {
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{10001}}) {
-        run_collective_case({Kind::kReduce, {count, nodes}, DType::kF32, RedOp::kSum, root, 1024, 3, 2},
-                 seed++);
+        run_collective_case(
+            {Kind::kReduce, {count, nodes}, DType::kF32, RedOp::kSum, root, 1024, 3, 2}, seed++);
         if (::testing::Test::HasFatalFailure()) return;
       }
     }
@@ -341,9 +309,10 @@ TEST(CollectiveAlgorithms, ChainReduceEveryRootOpAndType) {
 
 TEST(CollectiveAlgorithms, SliceCountIsCappedToTheTagRange) {
   // A million one-byte slices would need a million tags: bigger slices instead.
-  run_collective_case({Kind::kBroadcast, {size_t{1} << 20, 3}, DType::kU8, RedOp::kSum, 1, 1, 8, 1}, 7);
-  run_collective_case({Kind::kReduceScatter, {size_t{1} << 18, 5, 1}, DType::kF32, RedOp::kSum, 0, 1, 8, 1},
-           8);
+  run_collective_case({Kind::kBroadcast, {size_t{1} << 20, 3}, DType::kU8, RedOp::kSum, 1, 1, 8, 1},
+                      7);
+  run_collective_case(
+      {Kind::kReduceScatter, {size_t{1} << 18, 5, 1}, DType::kF32, RedOp::kSum, 0, 1, 8, 1}, 8);
 }
 
 TEST(CollectiveAlgorithms, AutoPicksNativeOnlyForSmallBuffersOnThreeNodesOrMore) {

@@ -131,4 +131,40 @@ inline int64_t reference(uint32_t nodes, size_t i, proto::RedOp op) {
   return acc;
 }
 
+// Element i of a buffer of dtype t, as the small integers the checks use.
+inline void store(proto::DType t, void* buffer, size_t i, int64_t v) {
+  switch (t) {
+    case proto::DType::kF32:
+      static_cast<float*>(buffer)[i] = static_cast<float>(v);
+      break;
+    case proto::DType::kF64:
+      static_cast<double*>(buffer)[i] = static_cast<double>(v);
+      break;
+    case proto::DType::kI32:
+      static_cast<int32_t*>(buffer)[i] = static_cast<int32_t>(v);
+      break;
+    case proto::DType::kI64:
+      static_cast<int64_t*>(buffer)[i] = v;
+      break;
+    default:
+      static_cast<uint8_t*>(buffer)[i] = static_cast<uint8_t>(v);
+      break;
+  }
+}
+
+inline int64_t load(proto::DType t, const void* buffer, size_t i) {
+  switch (t) {
+    case proto::DType::kF32:
+      return static_cast<int64_t>(static_cast<const float*>(buffer)[i]);
+    case proto::DType::kF64:
+      return static_cast<int64_t>(static_cast<const double*>(buffer)[i]);
+    case proto::DType::kI32:
+      return static_cast<const int32_t*>(buffer)[i];
+    case proto::DType::kI64:
+      return static_cast<const int64_t*>(buffer)[i];
+    default:
+      return static_cast<const uint8_t*>(buffer)[i];
+  }
+}
+
 }  // namespace nodecomm::daemon::test

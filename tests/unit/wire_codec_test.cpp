@@ -244,7 +244,8 @@ TEST(WireCodec, WireBytes) {
 
 TEST(WireCodec, TargetName) {
   EXPECT_FALSE(std::string(wire_codec_target()).empty());
-  for (const auto& [target, name] : CodecTargets()) std::printf("wire codec target: %s\n", name.c_str());
+  for (const auto& [target, name] : CodecTargets())
+    std::printf("wire codec target: %s\n", name.c_str());
 }
 
 // Every entry point, every target, against the scalar reference, bit for bit.

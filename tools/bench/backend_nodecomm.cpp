@@ -12,7 +12,7 @@
 namespace nodecomm::bench {
 namespace {
 
-std::string describe(const char* call, nc_status_t status) {
+std::string describe_status(const char* call, nc_status_t status) {
   return fmt::format("{} failed: {} ({}): {}", call, nc_status_string(status),
                      static_cast<int>(status), nc_last_error());
 }
@@ -25,13 +25,13 @@ class NodecommBackend final : public Backend {
     init.arena_bytes = options.arena_bytes;
     if (const nc_status_t s = nc_init(&init, &ctx_); s != NC_OK) {
       ctx_ = nullptr;
-      throw BackendError(describe("nc_init", s));
+      throw BackendError(describe_status("nc_init", s));
     }
     // The sync operation gets its own arena word so that it is never confused with, or
     // slowed by, the copy path of the buffers under test.
     void* p = nullptr;
     if (const nc_status_t s = nc_alloc(ctx_, sizeof(double), &p); s != NC_OK) {
-      const std::string msg = describe("nc_alloc (sync word)", s);
+      const std::string msg = describe_status("nc_alloc (sync word)", s);
       nc_finalize(ctx_);
       ctx_ = nullptr;
       throw BackendError(msg);
@@ -56,7 +56,7 @@ class NodecommBackend final : public Backend {
   }
   void split(int color, int key) override {
     if (const nc_status_t s = nc_comm_split(ctx_, NC_COMM_WORLD, color, key, &group_); s != NC_OK) {
-      throw BackendError(describe("nc_comm_split", s));
+      throw BackendError(describe_status("nc_comm_split", s));
     }
   }
   std::string buffer_kind() const override {
@@ -78,7 +78,7 @@ class NodecommBackend final : public Backend {
     void* p = nullptr;
     if (const nc_status_t s = nc_alloc(ctx_, bytes, &p); s != NC_OK) {
       // Before any other nodecomm call: nc_last_error() is only valid until the next one.
-      std::string msg = describe(fmt::format("nc_alloc of {} bytes", bytes).c_str(), s);
+      std::string msg = describe_status(fmt::format("nc_alloc of {} bytes", bytes).c_str(), s);
       uint64_t total = 0, free_bytes = 0;
       if (nc_arena_info(ctx_, &total, &free_bytes) == NC_OK) {
         msg += fmt::format(" (arena {} bytes, {} free)", total, free_bytes);
@@ -101,8 +101,8 @@ class NodecommBackend final : public Backend {
     const Pending req = post(c);
     if (req == 0) throw BackendError(queue_full_);  // nothing else is in flight: not expected
     if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
-      throw BackendError(
-          describe(fmt::format("nc_wait (nc_{})", collective_name(c.collective)).c_str(), s));
+      throw BackendError(describe_status(
+          fmt::format("nc_wait (nc_{})", collective_name(c.collective)).c_str(), s));
     }
   }
 
@@ -171,30 +171,30 @@ class NodecommBackend final : public Backend {
         break;
     }
     if (s == NC_ERR_QUEUE_FULL) {
-      queue_full_ = describe(call, s);  // for run(), which has nothing else in flight
+      queue_full_ = describe_status(call, s);  // for run(), which has nothing else in flight
       return 0;
     }
-    if (s != NC_OK) throw BackendError(describe(call, s));
+    if (s != NC_OK) throw BackendError(describe_status(call, s));
     return req;
   }
 
   bool test(Pending req) override {
     const nc_status_t s = nc_test(ctx_, req);
     if (s == NC_IN_PROGRESS) return false;
-    if (s != NC_OK) throw BackendError(describe("nc_test", s));
+    if (s != NC_OK) throw BackendError(describe_status("nc_test", s));
     return true;
   }
 
   void wait(Pending req) override {
     if (const nc_status_t s = nc_wait(ctx_, req); s != NC_OK) {
-      throw BackendError(describe("nc_wait", s));
+      throw BackendError(describe_status("nc_wait", s));
     }
   }
 
   void wait_all(std::span<Pending> reqs) override {
     static_assert(sizeof(Pending) == sizeof(nc_request_t));
     if (const nc_status_t s = nc_wait_all(ctx_, reqs.size(), reqs.data(), nullptr); s != NC_OK) {
-      throw BackendError(describe("nc_wait_all", s));
+      throw BackendError(describe_status("nc_wait_all", s));
     }
   }
 

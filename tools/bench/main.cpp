@@ -21,8 +21,6 @@
 
 namespace {
 
-using nodecomm::bench::Config;
-
 // "f32 f64 ..." from the library's own tables, so new dtypes show up without edits here.
 template <class Enum>
 std::string names(const char* (*name_of)(Enum)) {
@@ -84,8 +82,8 @@ struct Flags {
 
 // Everything a bad flag can be is found here, before any backend starts, so that it is one
 // line and exit code 2 on every rank alike.
-Config to_config(const Flags& f, const CLI::App& app) {
-  Config c;
+nodecomm::bench::Config to_config(const Flags& f, const CLI::App& app) {
+  nodecomm::bench::Config c;
   const auto collective = nodecomm::bench::parse_collective(f.op);
   if (!collective) {
     throw CLI::ValidationError("--op", fmt::format("unknown collective '{}' (one of: {})", f.op,
@@ -223,7 +221,7 @@ int bench_main(int argc, char** argv) {
   nodecomm::bench::ExtraFlags xf;  // --workload, --priority-probe, --batch, --compress, ...
   nodecomm::bench::add_extra_flags(app, xf);
 
-  Config config;
+  nodecomm::bench::Config config;
   nodecomm::bench::RunMode mode;
   try {
     app.parse(argc, argv);

@@ -25,7 +25,7 @@
 namespace nodecomm::launch {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ProbeClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 // TCP's slow start and the TBF bucket's initial burst are over well within the warm-up.
@@ -142,12 +142,12 @@ Netsim::Probe Netsim::probe() const {
 
   std::vector<char> out(kChunk, 'n');
   std::vector<char> in(kChunk);
-  const auto start = Clock::now();
+  const auto start = ProbeClock::now();
   const auto measure_from = start + kWarmup;
   const auto end = measure_from + kMeasure;
   size_t measured = 0;
   auto now = start;
-  for (; now < end; now = Clock::now()) {
+  for (; now < end; now = ProbeClock::now()) {
     pollfd fds[2] = {{receiver.get(), POLLIN, 0}, {sender.get(), POLLOUT, 0}};
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(end - now).count();
     if (::poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) {
@@ -163,7 +163,7 @@ Netsim::Probe Netsim::probe() const {
       while (true) {
         const ssize_t n = ::recv(receiver.get(), in.data(), in.size(), 0);
         if (n <= 0) break;
-        if (Clock::now() >= measure_from) measured += static_cast<size_t>(n);
+        if (ProbeClock::now() >= measure_from) measured += static_cast<size_t>(n);
       }
     }
   }
