@@ -52,40 +52,11 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1
 export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
 export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# The unit and engine tests (GoogleTest): each binary in one process per shard, four at a
-# time, instead of ctest's process per test (a fifth of a second of CPU each under ASan, 450
-# times). Left to the Release pass: the 5-node engine layouts, the algorithm loops on more than
-# 5 nodes, and EngineRaces' 60 tries of one race.
-GTEST_BINARIES=(nodecomm_unit_tests nodecomm_engine_tests nodecomm_c_api_tests
-                nodecomm_utility_tests)
+# The GoogleTest binaries run whole (tools/run-gtests.sh). Left to the Release pass: the 5-node
+# engine layouts, the algorithm loops on more than 5 nodes, and EngineRaces' 60 tries of one race.
 GTEST_CI_FILTER='-*/5x1_*:*/nodes6:*/nodes7:*/nodes8:*/nodes9:EngineRaces.*'
-run_gtests() {
-  local pids=() logs=() bin shards shard log failed=0
-  mkdir -p build-asan/Testing
-  for bin in "${GTEST_BINARIES[@]}"; do
-    shards=1
-    case $bin in nodecomm_unit_tests | nodecomm_engine_tests) shards=2 ;; esac
-    for ((shard = 0; shard < shards; ++shard)); do
-      log=build-asan/Testing/$bin.$shard.log
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard GTEST_FILTER=$GTEST_CI_FILTER \
-        timeout 600 "build-asan/bin/$bin" >"$log" 2>&1 &
-      pids+=("$!")
-      logs+=("$log")
-    done
-  done
-  for i in "${!pids[@]}"; do
-    if wait "${pids[$i]}"; then
-      grep -a '^\[  PASSED  \]' "${logs[$i]}" | sed "s|^|${logs[$i]##*/}: |"
-    else
-      echo "FAILED (exit $?): ${logs[$i]}"
-      cat "${logs[$i]}"
-      failed=1
-    fi
-  done
-  return "$failed"
-}
 if [ "$MODE" = --ci ]; then
-  run_gtests
+  bash tools/run-gtests.sh build-asan "$GTEST_CI_FILTER"
   # The other unit tests: scripts and corpus replays (GoogleTest cases are the names with a dot).
   (cd build-asan && ctest --output-on-failure --timeout 400 -L 'unit|engine' -E '[.]' -j 2)
   # Four at a time: these mostly wait on processes and sockets (about 1.2 cores busy at -j4),

@@ -20,10 +20,18 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
 # that stage is skipped.
 exclude=full
 [ "${SANITIZERS:-1}" != 0 ] && exclude='full|sanitize'
+# The GoogleTest cases (the test names with a dot): each binary whole, in shards
+# (tools/run-gtests.sh), unless CTEST_ARGS picks tests for ctest alone.
+gtests=()
+if [ -z "${CTEST_ARGS:-}" ]; then
+  bash tools/run-gtests.sh "$BUILD_DIR"
+  gtests=(-E '[.]')
+fi
 cd "$BUILD_DIR"
 # Two tests at a time: most wait on processes and sockets, not on the CPU. Those that measure
 # time or kill processes against deadlines are RUN_SERIAL (tests/CMakeLists.txt).
-ctest --output-on-failure --timeout 400 -LE "$exclude" -j "${CTEST_JOBS:-2}" ${CTEST_ARGS:-}
+ctest --output-on-failure --timeout 400 -LE "$exclude" "${gtests[@]}" -j "${CTEST_JOBS:-2}" \
+  ${CTEST_ARGS:-}
 cd ..
 # Sanitizers: the unit and engine tests, the real-process tests labelled sanitize, the fuzzers
 # and a soak under ASan+UBSan, and the ring tests under TSan (tools/sanitize.sh --ci).

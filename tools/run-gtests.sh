@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GoogleTest binaries, each run whole in shards, four processes at once: what ctest does
+# with one process per test case (about 480 of them) costs a process start each, which is most
+# of their time. The test command (tools/test.sh) and its sanitizer stage (tools/sanitize.sh)
+# run them this way; `ctest -R NAME` still runs any one case on its own.
+#   run-gtests.sh BUILD_DIR [GTEST_FILTER]
+# Each shard's output is in BUILD_DIR/Testing/<binary>.<shard>.log; a failing shard's is
+# printed. Exit 1 when a shard fails or runs past 600 s.
+set -uo pipefail
+BUILD=${1:?usage: run-gtests.sh BUILD_DIR [GTEST_FILTER]}
+FILTER=${2:-*}
+BINARIES=(nodecomm_unit_tests nodecomm_engine_tests nodecomm_c_api_tests nodecomm_utility_tests)
+pids=()
+logs=()
+mkdir -p "$BUILD/Testing"
+for bin in "${BINARIES[@]}"; do
+  shards=1
+  case $bin in nodecomm_unit_tests | nodecomm_engine_tests) shards=2 ;; esac
+  for ((shard = 0; shard < shards; ++shard)); do
+    log=$BUILD/Testing/$bin.$shard.log
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard GTEST_FILTER=$FILTER \
+      timeout 600 "$BUILD/bin/$bin" >"$log" 2>&1 &
+    pids+=("$!")
+    logs+=("$log")
+  done
+done
+failed=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    grep -a '^\[  PASSED  \]' "${logs[$i]}" | sed "s|^|${logs[$i]##*/}: |"
+  else
+    echo "FAILED (exit $?): ${logs[$i]}"
+    cat "${logs[$i]}"
+    failed=1
+  fi
+done
+exit "$failed"
