@@ -3,22 +3,26 @@
 # with one process per test case (about 480 of them) costs a process start each, which is most
 # of their time. The test command (tools/test.sh) and its sanitizer stage (tools/sanitize.sh)
 # run them this way; `ctest -R NAME` still runs any one case on its own.
-#   run-gtests.sh BUILD_DIR [GTEST_FILTER]
+#   run-gtests.sh BUILD_DIR [GTEST_FILTER [ENGINE_FILTER]]
+# ENGINE_FILTER, for nodecomm_engine_tests, defaults to GTEST_FILTER.
 # Each shard's output is in BUILD_DIR/Testing/<binary>.<shard>.log; a failing shard's is
 # printed. Exit 1 when a shard fails or runs past 600 s.
 set -uo pipefail
-BUILD=${1:?usage: run-gtests.sh BUILD_DIR [GTEST_FILTER]}
+BUILD=${1:?usage: run-gtests.sh BUILD_DIR [GTEST_FILTER [ENGINE_FILTER]]}
 FILTER=${2:-*}
+ENGINE_FILTER=${3:-$FILTER}
 BINARIES=(nodecomm_unit_tests nodecomm_engine_tests nodecomm_c_api_tests nodecomm_utility_tests)
 pids=()
 logs=()
 mkdir -p "$BUILD/Testing"
 for bin in "${BINARIES[@]}"; do
   shards=1
+  filter=$FILTER
   case $bin in nodecomm_unit_tests | nodecomm_engine_tests) shards=2 ;; esac
+  [ "$bin" = nodecomm_engine_tests ] && filter=$ENGINE_FILTER
   for ((shard = 0; shard < shards; ++shard)); do
     log=$BUILD/Testing/$bin.$shard.log
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard GTEST_FILTER=$FILTER \
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard GTEST_FILTER=$filter \
       timeout 600 "$BUILD/bin/$bin" >"$log" 2>&1 &
     pids+=("$!")
     logs+=("$log")
