@@ -82,6 +82,17 @@ pass "job running on $I0 and $I1"
 [ "$(json 'd["collectives"]["allreduce"]["ops"] > 0 and d["collectives"]["allreduce"]["errors"] == 0 and d["totals"]["ring_allreduces"] > 0' <"$work/counters.json")" = True ] &&
   pass "counters: allreduces completed, none failed, ring in use" || fail "counters: $(cat "$work/counters.json")"
 
+# Two instances run and neither is 'default' (unless the node runs the service): a command
+# without --instance is a usage error naming both.
+if [ "$("$CTL" list --json | json 'any(i["instance"] == "default" and i["state"] == "running" for i in d)')" = False ]; then
+  err=$(env -u NODECOMM_INSTANCE "$CTL" status 2>&1)
+  rc=$?
+  [ "$rc" -eq 2 ] && [[ $err == *"$I0"* ]] && [[ $err == *"$I1"* ]] && [[ $err == *--instance* ]] &&
+    pass "status without --instance among several: exit 2 naming them" || fail "status among several: exit $rc: $err"
+fi
+"$CTL" --json --instance "$I1" ops >/dev/null && pass "options before the command (ops)" ||
+  fail "--json --instance before ops"
+
 # 2. Slices per ring allreduce before and after `set chunk-size 64K`.
 ratio() { # prints ring_slices/ring_allreduces over a 2 s interval, and the chunk sizes
   "$CTL" counters --instance "$1" --watch 2 --count 2 --json | tail -1 |

@@ -41,6 +41,15 @@ if [ "$seen" -eq 1 ]; then
     sleep 0.1
   done
   [ "${stalls:-0}" -ge 1 ] && pass "status counts the stall report ($stalls)" || fail "no stall counted"
+  # Options before the command, and no --instance with one instance running (this one, unless
+  # the node runs the 'default' service, which is then the one chosen).
+  [ "$("$CTL" --instance "$I0" --json status | json 'd["instance"]')" = "$I0" ] &&
+    pass "options before the command: --instance $I0 --json status" || fail "--instance before status"
+  if [ "$("$CTL" list --json | json 'sum(i["state"] == "running" and i["instance"] != "'"$I0"'" for i in d)')" = 0 ]; then
+    [ "$(env -u NODECOMM_INSTANCE "$CTL" status --json | json 'd["instance"]')" = "$I0" ] &&
+      pass "status without --instance picks the only instance running" ||
+      fail "status without --instance: $(env -u NODECOMM_INSTANCE "$CTL" status 2>&1 | head -1)"
+  fi
   "$CTL" metrics --instance "$I0" | grep -q '^nodecomm_ops_stalled{.*} [1-9]' &&
     pass "metrics: nodecomm_ops_stalled > 0" || echo "ctl_stall: (the operation timed out before metrics ran)"
 else

@@ -21,10 +21,6 @@
 namespace nodecomm::ctl {
 namespace {
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct Options {
   std::string instance;
   std::string runtime_dir;
@@ -43,12 +39,6 @@ void print(const std::string& text) {
 }
 void print_json(const Json& j) {
   print(j.dump(2) + "\n");
-}
-
-// The instance's shm name without the leading "/nodecomm." and trailing ".counters".
-std::string instance_of(const std::string& shm_name) {
-  std::string name = shm_name.substr(std::string("/nodecomm.").size());
-  return name.substr(0, name.size() - std::string(".counters").size());
 }
 
 // The selected instance, which must be running.
@@ -239,12 +229,15 @@ int run(int argc, char** argv) {
   Options o;
   const auto common = [&](CLI::App* sub) {
     sub->add_option("--instance", o.instance,
-                    "Daemon instance (default: $NODECOMM_INSTANCE, else 'default')");
+                    "Daemon instance (default: $NODECOMM_INSTANCE, else 'default' if it runs, "
+                    "else the only one running)");
     sub->add_option("--runtime-dir", o.runtime_dir,
                     "The instance whose runtime directory (nodecommd.ready) is DIR");
     sub->add_flag("--json", o.json, "Print JSON instead of text");
     return sub;
   };
+  // Before the command too: `nodecommctl --instance X status` as well as `... status --instance X`.
+  common(&app);
   common(app.add_subcommand("list", "Instances on this node (from /dev/shm)"));
   common(app.add_subcommand("status", "Daemon, job, liveness, totals and settings"));
   common(app.add_subcommand("clients", "Attached clients: ranks, pids, heartbeat, ops"));

@@ -155,6 +155,11 @@ std::vector<std::string> list_counters_names() {
   return names;
 }
 
+std::string instance_of(const std::string& shm_name) {
+  std::string name = shm_name.substr(std::string("/nodecomm.").size());
+  return name.substr(0, name.size() - std::string(".counters").size());
+}
+
 std::string resolve_counters_name(const std::string& instance, const std::string& runtime_dir) {
   if (!runtime_dir.empty()) {
     const std::string path = ipc::ready_path(runtime_dir);
@@ -172,7 +177,25 @@ std::string resolve_counters_name(const std::string& instance, const std::string
   }
   if (!instance.empty()) return ipc::counters_shm_name(instance);
   const char* env = std::getenv("NODECOMM_INSTANCE");
-  return ipc::counters_shm_name(env != nullptr && *env != '\0' ? env : "default");
+  if (env != nullptr && *env != '\0') return ipc::counters_shm_name(env);
+  // Nothing named: the service ("default") if it runs, else the one instance that runs.
+  const std::string service = ipc::counters_shm_name("default");
+  std::vector<std::string> running;
+  for (const std::string& name : list_counters_names()) {
+    try {
+      if (CountersView(name).read().alive) running.push_back(name);
+    } catch (const std::exception&) {
+      continue;  // unreadable (another uid's, or being created): not a candidate
+    }
+  }
+  if (running.empty() || std::ranges::find(running, service) != running.end()) return service;
+  if (running.size() == 1) return running.front();
+  std::string names;
+  for (const std::string& name : running) names += (names.empty() ? "" : ", ") + instance_of(name);
+  throw UsageError(fmt::format(
+      "{} instances are running on this node ({}) and none is 'default'; choose one with "
+      "--instance NAME or $NODECOMM_INSTANCE",
+      running.size(), names));
 }
 
 proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb verb,

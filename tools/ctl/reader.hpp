@@ -21,6 +21,11 @@ struct RuntimeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A command line that does not say what it means (exit status 2).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // One consistent copy of a daemon's counters.
 struct Snapshot {
   std::string shm_name;  // "/nodecomm.<instance>.counters"
@@ -62,9 +67,13 @@ class CountersView {
 
 // Counters segments in /dev/shm, by shm name (every instance on this node, dead ones too).
 std::vector<std::string> list_counters_names();
+// The instance a counters shm name belongs to: "/nodecomm.<instance>.counters".
+std::string instance_of(const std::string& shm_name);
 
 // Which instance a command talks to: --runtime-dir DIR (its ready file names the instance),
-// else --instance NAME, else $NODECOMM_INSTANCE, else "default". Returns the shm name.
+// else --instance NAME, else $NODECOMM_INSTANCE, else "default" if it runs or nothing runs,
+// else the one instance that runs. Returns the shm name; throws UsageError when several
+// instances run and none is "default".
 std::string resolve_counters_name(const std::string& instance, const std::string& runtime_dir);
 
 bool pid_alive(pid_t pid);
