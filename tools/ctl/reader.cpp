@@ -179,7 +179,7 @@ std::string resolve_counters_name(const std::string& instance, const std::string
   const char* env = std::getenv("NODECOMM_INSTANCE");
   if (env != nullptr && *env != '\0') return ipc::counters_shm_name(env);
   // Nothing named: the service ("default") if it runs, else the one instance that runs.
-  const std::string service = ipc::counters_shm_name("default");
+  std::string service = ipc::counters_shm_name("default");
   std::vector<std::string> running;
   for (const std::string& name : list_counters_names()) {
     try {
