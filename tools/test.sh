@@ -21,13 +21,13 @@ cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}"
 exclude=full
 [ "${SANITIZERS:-1}" != 0 ] && exclude='full|sanitize'
 # The GoogleTest cases (the test names with a dot): each binary whole, in shards
-# (tools/run-gtests.sh), unless CTEST_ARGS picks tests for ctest alone. The engine tests the
-# sanitizer stage runs under ASan (all but the 5-node layouts and EngineRaces) run there only.
+# (tools/run-gtests.sh), unless CTEST_ARGS picks tests for ctest alone. The engine cases the
+# sanitizer stage runs under ASan run there only; every unit case runs here.
 gtests=()
 if [ -z "${CTEST_ARGS:-}" ]; then
-  engine='*'
-  [ "${SANITIZERS:-1}" != 0 ] && engine='*/5x1_*:EngineRaces.*'
-  bash tools/run-gtests.sh "$BUILD_DIR" '*' "$engine"
+  pass=all
+  [ "${SANITIZERS:-1}" != 0 ] && pass=release
+  bash tools/run-gtests.sh "$BUILD_DIR" "$pass"
   gtests=(-E '[.]')
 fi
 cd "$BUILD_DIR"
