@@ -301,13 +301,14 @@ class RecursiveDoublingAllreduce final : public AllreduceAlgorithm {
 
 class RecordExchange final : public AllreduceAlgorithm {
  public:
-  RecordExchange(PointToPoint& net, int tag_base, void* records, size_t bytes) : net_(net) {
+  RecordExchange(PointToPoint& net, int tag_base, void* records, size_t bytes, size_t send_bytes)
+      : net_(net) {
     auto* base = static_cast<uint8_t*>(records);
     const uint32_t me = net.rank();
     for (uint32_t peer = 0; peer < net.size(); ++peer) {
       if (peer == me) continue;
       pending_.push_back(net.irecv(0, peer, tag_base, base + peer * bytes, bytes));
-      pending_.push_back(net.isend(0, peer, tag_base, base + me * bytes, bytes));
+      pending_.push_back(net.isend(0, peer, tag_base, base + me * bytes, send_bytes));
     }
   }
   bool progress() override {
@@ -339,9 +340,14 @@ std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoi
 }
 
 std::unique_ptr<AllreduceAlgorithm> make_record_exchange(PointToPoint& net, int tag_base,
-                                                         void* records, size_t bytes) {
+                                                         void* records, size_t bytes,
+                                                         size_t send_bytes) {
   check_tags(net, tag_base);
-  return std::make_unique<RecordExchange>(net, tag_base, records, bytes);
+  if (send_bytes > bytes) {
+    throw TransportError(
+        fmt::format("record exchange: {} bytes to send from a {}-byte record", send_bytes, bytes));
+  }
+  return std::make_unique<RecordExchange>(net, tag_base, records, bytes, send_bytes);
 }
 
 }  // namespace nodecomm::daemon

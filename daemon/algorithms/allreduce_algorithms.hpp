@@ -56,8 +56,11 @@ std::unique_ptr<AllreduceAlgorithm> make_recursive_doubling_allreduce(PointToPoi
                                                                       const AllreduceSpec& spec,
                                                                       const AllreduceHooks& hooks);
 // Every node's `bytes` at records + rank * bytes reach every other node's `records`: one
-// message to and from each peer, for the scheduler's small per-round records.
+// message to and from each peer, for the scheduler's small per-round records. Only the first
+// `send_bytes` (at most `bytes`) of this node's record are sent; receives take up to `bytes`,
+// so the rest of each peer's slot keeps what it held (the caller zeroes it).
 std::unique_ptr<AllreduceAlgorithm> make_record_exchange(PointToPoint& net, int tag_base,
-                                                         void* records, size_t bytes);
+                                                         void* records, size_t bytes,
+                                                         size_t send_bytes);
 
 }  // namespace nodecomm::daemon

@@ -118,13 +118,16 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
   }
 }
 
-TransportHandle InterNode::start_exchange(NodeComm comm, void* records, size_t bytes) {
+TransportHandle InterNode::start_exchange(NodeComm comm, void* records, size_t bytes,
+                                          size_t send_bytes) {
   PointToPoint& p2p = net_.p2p(comm);
   Group& g = group(comm);
   const int windows = tag_windows(p2p);
   const int tag_base = static_cast<int>(windows + g.exchanges++ % windows) * kTagsPerOperation;
   if (p2p.size() == 1) return run(std::make_unique<Finished>(), p2p);  // its record is in place
-  return run(make_record_exchange(p2p, tag_base, records, bytes), p2p);
+  return run(
+      make_record_exchange(p2p, tag_base, records, bytes, send_bytes == 0 ? bytes : send_bytes),
+      p2p);
 }
 
 TransportHandle InterNode::start_chunked(NodeComm comm, const std::vector<Transfer>& sends,

@@ -41,7 +41,9 @@ class InterNode {
   // message to and from each peer, the least latency there is (the scheduler's rounds, the
   // operation summaries). Exchanges are a stream of their own, with tags apart from the
   // transfers', since daemons interleave the two streams differently.
-  TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes);
+  // Only the first `send_bytes` of this node's record are sent (0: all of it); see
+  // make_record_exchange.
+  TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes, size_t send_bytes = 0);
   // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
   // [rdispls[me], +rbytes[me]).
   TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,

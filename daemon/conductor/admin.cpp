@@ -80,14 +80,26 @@ void check_choice(const std::string& key, const std::string& value,
 }  // namespace
 
 const std::vector<std::string>& settable_keys() {
-  static const std::vector<std::string> keys = {
-      "log-level",        "allreduce-algorithm", "collective-algorithm",
-      "small-bytes",      "chunk-size",          "pipeline-depth",
-      "endpoints",        "priority-policy",     "fusion",
-      "fusion-threshold", "fusion-cycle-us",     "sched-chunk-size",
-      "sched-window",     "sched-target-us",     "idle",
-      "net-park-min-us",  "net-park-max-us",     "stall-sec",
-      "op-timeout-sec"};
+  static const std::vector<std::string> keys = {"log-level",
+                                                "allreduce-algorithm",
+                                                "collective-algorithm",
+                                                "small-bytes",
+                                                "chunk-size",
+                                                "pipeline-depth",
+                                                "endpoints",
+                                                "priority-policy",
+                                                "fusion",
+                                                "fusion-threshold",
+                                                "fusion-cycle-us",
+                                                "sched-chunk-size",
+                                                "sched-window",
+                                                "sched-target-us",
+                                                "sched-eager-bytes",
+                                                "idle",
+                                                "net-park-min-us",
+                                                "net-park-max-us",
+                                                "stall-sec",
+                                                "op-timeout-sec"};
   return keys;
 }
 
@@ -219,6 +231,10 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "sched-target-us") {
     old = std::to_string(config_.sched.target_delay_us);
     config_.sched.target_delay_us = parse_uint(key, value, 100, 1'000'000);
+    apply_sched();
+  } else if (key == "sched-eager-bytes") {
+    old = std::to_string(config_.sched.eager_bytes);
+    config_.sched.eager_bytes = parse_uint(key, value, 0, 1024);
     apply_sched();
   } else if (key == "idle") {
     check_choice(key, value, {"auto", "spin", "backoff"});

@@ -58,7 +58,10 @@ struct SchedulerTuning {
   // measured rate times target_delay_us, so that whatever is already queued on the way delays
   // a newly ready high-priority operation by about that much, at any link speed.
   size_t window_bytes = 0;
-  uint32_t target_delay_us = 4000;
+  uint32_t target_delay_us = 2000;
+  // Allreduces of at most this many bytes (in the wire type; at most kEagerBytes, 1 KiB) ride
+  // in the scheduling round and complete with it. 0: never.
+  size_t eager_bytes = 1024;
 
   // Without priorities or fusion, operations go out in sequence order and need no rounds.
   bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }

@@ -497,6 +497,31 @@ TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<
                                        first_shape.compression, hooks);
 }
 
+size_t eager_allreduce_bytes(const CommLayout& lay, const Operation& op, size_t limit) {
+  const Shape s = shape_of(lay, op);
+  if (s.collective != Collective::kAllreduce || s.compression != proto::Compression::kNone ||
+      s.count == 0 || s.count > limit / s.wire_elem) {
+    return 0;
+  }
+  return s.count * s.wire_elem;
+}
+
+bool eager_allreduce_part(CollectiveContext& ctx, Operation& op, uint8_t* out) {
+  const Shape s = shape_of(ctx.comm.layout(), op);
+  StagingPool::Buffer no_scratch;  // no algorithm runs: only prepare is called
+  allreduce_hooks(ctx, op, s, out, 0, &no_scratch).prepare(0, s.count);
+  return !op.member_lost_midway;
+}
+
+void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op,
+                             const std::vector<const uint8_t*>& parts) {
+  const Shape s = shape_of(ctx.comm.layout(), op);
+  std::vector<uint8_t> sum(parts.front(), parts.front() + s.count * s.wire_elem);
+  for (size_t n = 1; n < parts.size(); ++n) accumulate(s.wire, s.op, sum.data(), parts[n], s.count);
+  StagingPool::Buffer no_scratch;
+  allreduce_hooks(ctx, op, s, sum.data(), 0, &no_scratch).done(0, s.count);
+}
+
 void stage_out(CollectiveContext& ctx, Operation& op) {
   const CommLayout& lay = ctx.comm.layout();
   const Members m{ctx.job, lay, op};

@@ -51,5 +51,15 @@ struct FusedPart {
 };
 TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
                                       StagingPool::Buffer& buffer, StagingPool::Buffer& scratch);
+// Small allreduces carried inside a scheduling round (wire_formats.hpp, EagerEntry). The bytes
+// of op's part in the wire type, or 0 when it cannot go that way (compressed, empty, more
+// than `limit`).
+size_t eager_allreduce_bytes(const CommLayout& lay, const Operation& op, size_t limit);
+// This node's ranks reduced into `out` (eager_allreduce_bytes of it); false if a member is gone.
+bool eager_allreduce_part(CollectiveContext& ctx, Operation& op, uint8_t* out);
+// Every node's part, in node order, combined in that order (so every node holds the same
+// bits) and delivered to this node's ranks.
+void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op,
+                             const std::vector<const uint8_t*>& parts);
 
 }  // namespace nodecomm::daemon

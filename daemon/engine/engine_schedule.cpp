@@ -71,6 +71,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
       if (engine_.transport_.test(sched.round)) {
         sched.round = 0;
         sched.round_on_network.release();
+        sched.record_round(ipc::monotonic_ns());
         apply_round(job, comm);
         ++work;
       }
@@ -125,10 +126,12 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
       ++it;
     }
   }
-  // A new round once at least one chunk fits in the window.
+  // A new round once at least one chunk fits in the window by the time its plan arrives.
+  const size_t nodes = comm.layout().node_count;
+  const size_t chunk = sched.chunk(tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight.value() + sched.chunk(tuning) <=
-          std::max(sched.window(tuning), sched.chunk(tuning))) {
+      sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
+          std::max(sched.window(tuning, nodes), chunk)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
                               now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
@@ -156,7 +159,6 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
 }
 
 void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
-  (void)job;
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
   RoundRecord mine{};
@@ -164,10 +166,13 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.policy = static_cast<uint32_t>(tuning.policy);
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
-  mine.chunk_bytes = sched.chunk(tuning);
-  const size_t window = sched.window(tuning);
-  mine.room = window - std::min(window, sched.bytes_in_flight.value());
+  mine.chunk_bytes = sched.chunk(tuning, lay.node_count);
+  const size_t window = sched.window(tuning, lay.node_count);
+  // The room the window will have when the plan arrives: the round overlaps transfers.
+  const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();
+  mine.room = window - std::min(window, staying);
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
+  std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end
   if (engine_.observer_ != nullptr) engine_.observer_->round_started();
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
@@ -177,7 +182,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
       // Announced, never marked ready: it runs outside the rounds once all nodes agree.
       if (op.phase == Operation::Phase::kReady && !op.announced &&
           mine.announced < kAnnouncePerRound) {
-        mine.announcements[mine.announced++] = summarize(op, lay);
+        add_announcement(mine, summarize(op, lay));
         op.announced = true;
       }
       break;  // nothing overtakes a split or free
@@ -185,18 +190,39 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
     if (!locally_ready(comm, op)) continue;
     if (!op.announced) {
       if (mine.announced == kAnnouncePerRound) continue;
-      mine.announcements[mine.announced++] = summarize(op, lay);
+      add_announcement(mine, summarize(op, lay));
       op.announced = true;
     }
     const uint64_t i = it->first - sched.floor;
     mine.ready[i / 64] |= uint64_t{1} << (i % 64);
     op.advertised = true;
+    // A small allreduce carries this node's part: if every node carries it in this round, it
+    // completes with the round (apply_round).
+    const size_t room_left = std::min(tuning.eager_bytes, kEagerBytes) - eager.size();
+    const size_t bytes = op.scheduled_elems == 0 && mine.eager < kEagerOps
+                             ? eager_allreduce_bytes(lay, op, room_left)
+                             : 0;
+    if (bytes > 0) {
+      const size_t at = eager.size();
+      eager.resize(at + (bytes + 7) / 8 * 8);
+      CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
+      if (eager_allreduce_part(ctx, op, eager.data() + at)) {
+        mine.eager_ops[mine.eager++] = {op.seq, static_cast<uint32_t>(at),
+                                        static_cast<uint32_t>(bytes)};
+      } else {
+        eager.resize(at);
+      }
+    }
   }
+  // The parts follow the announcements.
+  const size_t parts_at = size_t{mine.announced} * sizeof(OpSummary);
+  if (!eager.empty()) std::memcpy(mine.tail + parts_at, eager.data(), eager.size());
+  for (uint32_t k = 0; k < mine.eager; ++k) mine.eager_ops[k].offset += parts_at;
   sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
   std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
               sizeof(mine));
   sched.round = engine_.transport_.start_exchange(lay.node_comm, sched.round_records.data(),
-                                                  sizeof(RoundRecord));
+                                                  sizeof(RoundRecord), round_record_bytes(mine));
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
   sched.round_on_network = engine_.in_flight_.acquire();
@@ -207,6 +233,14 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   const CommLayout& lay = comm.layout();
   std::vector<RoundRecord> records(lay.node_count);
   std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * lay.node_count);
+  for (size_t n = 0; n < records.size(); ++n) {
+    if (std::string problem = round_record_problem(records[n]); !problem.empty()) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling round on comm {}: node {}'s record is malformed: {}",
+                              comm.id(), n, problem));
+      return;
+    }
+  }
   for (const RoundRecord& r : records) {
     if (r.floor != sched.floor) {
       comm.poison(Status::kInternal,
@@ -221,11 +255,12 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   std::set<uint64_t> announced_now;
   for (size_t n = 0; n < records.size(); ++n) {
     const RoundRecord& r = records[n];
-    for (uint32_t k = 0; k < std::min<uint32_t>(r.announced, kAnnouncePerRound); ++k) {
-      auto& by_node = sched.announced[r.announcements[k].seq];
+    for (uint32_t k = 0; k < r.announced; ++k) {
+      const OpSummary summary = announcement(r, k);
+      auto& by_node = sched.announced[summary.seq];
       by_node.resize(records.size());
-      by_node[n] = r.announcements[k];
-      announced_now.insert(r.announcements[k].seq);
+      by_node[n] = summary;
+      announced_now.insert(summary.seq);
     }
   }
   // A sequence number whose last announcement arrived in this round is compared at once,
@@ -293,6 +328,21 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
     }
     return true;
   });
+  // Small allreduces that every node carried in this round complete now.
+  std::vector<uint64_t> eager_seqs;
+  std::erase_if(eligible, [&](uint64_t i) {
+    const uint64_t seq = sched.floor + i;
+    std::vector<const uint8_t*> parts;
+    for (const RoundRecord& r : records) {
+      const EagerEntry* e = find_eager(r, seq);
+      if (e == nullptr) return false;
+      parts.push_back(r.tail + e->offset);
+    }
+    eager_seqs.push_back(seq);
+    complete_eager(job, comm, seq, records, parts);
+    return true;
+  });
+  if (comm.poisoned()) return;
   const auto priority_of = [&](uint64_t i) {
     return sched.announced[sched.floor + i][0]->priority;
   };
@@ -398,6 +448,39 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
     start_unit(job, comm, std::move(unit));
   }
   for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
+  for (const uint64_t seq : eager_seqs) sched.mark_scheduled(seq);
+}
+
+void NegotiatedOrder::complete_eager(Job& job, Communicator& comm, uint64_t seq,
+                                     const std::vector<RoundRecord>& records,
+                                     const std::vector<const uint8_t*>& parts) {
+  auto found = comm.ops().find(seq);
+  if (found == comm.ops().end()) {
+    comm.poison(Status::kInternal,
+                fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here",
+                            comm.id(), seq));
+    return;
+  }
+  Operation& op = found->second;
+  const size_t expected = eager_allreduce_bytes(comm.layout(), op, kEagerBytes);
+  for (size_t n = 0; n < records.size(); ++n) {
+    const size_t bytes = find_eager(records[n], seq)->bytes;
+    if (bytes != expected) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {}: node {} carried {} bytes of seq {} in its "
+                              "round record, expected {}",
+                              comm.id(), n, bytes, seq, expected));
+      return;
+    }
+  }
+  op.scheduled_elems = op.first().count;
+  if (op.phase == Operation::Phase::kDone) return;  // failed here meanwhile: nothing to deliver
+  op.phase = Operation::Phase::kInterNode;
+  op.finished_elems = op.first().count;
+  CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
+  eager_allreduce_deliver(ctx, op, parts);
+  if (engine_.observer_ != nullptr) engine_.observer_->eager_completed();
+  engine_.finish(job, comm, op);
 }
 
 void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit unit) {

@@ -26,6 +26,8 @@ class EngineObserver {
   virtual void unit_finished(Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) = 0;
   // A scheduling round began.
   virtual void round_started() = 0;
+  // A small allreduce completed inside a round, every node's part carried in the records.
+  virtual void eager_completed() = 0;
   // An operation waited past the stall limit and was reported in the log.
   virtual void stall_reported() = 0;
 };

@@ -8,17 +8,27 @@
 
 namespace nodecomm::daemon {
 
-
-
-size_t CommSchedule::window(const SchedulerTuning& t) const {
+size_t CommSchedule::window(const SchedulerTuning& t, size_t nodes) const {
   if (t.window_bytes != 0) return t.window_bytes;
-  const double bytes = rate * t.target_delay_us / 1e6;
+  const double link_share = 2.0 * static_cast<double>(std::max<size_t>(nodes, 2) - 1);
+  const double bytes = rate * link_share * t.target_delay_us / 1e6;
   return std::clamp(static_cast<size_t>(bytes), kMinWindowBytes, kMaxWindowBytes);
 }
 
-size_t CommSchedule::chunk(const SchedulerTuning& t) const {
+size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {
   if (t.chunk_bytes != 0) return t.chunk_bytes;
-  return std::clamp(window(t) / 4, kMinChunkBytes, kMaxChunkBytes);
+  return std::clamp(window(t, nodes) / 4, kMinChunkBytes, kMaxChunkBytes);
+}
+
+size_t CommSchedule::drained_during_round() const {
+  const double bytes = rate * round_ns / 1e9;
+  return std::min(bytes_in_flight.value(), static_cast<size_t>(bytes));
+}
+
+void CommSchedule::record_round(uint64_t now) {
+  const double took = static_cast<double>(now - last_round_ns);
+  // Quick to rise, so that a round slowed by queued bytes is covered by the next lookahead.
+  round_ns = round_ns == 0 || took > round_ns ? took : 0.8 * round_ns + 0.2 * took;
 }
 
 void CommSchedule::record_completion(size_t bytes, uint64_t now) {

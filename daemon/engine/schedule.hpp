@@ -66,8 +66,11 @@ struct CommSchedule {
   TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
   std::vector<uint8_t> round_records;
-  uint64_t last_round_ns = 0;
+  uint64_t last_round_ns = 0;  // when the round in flight (or the last one) started
   uint64_t rounds = 0;
+  // How long a round takes from start to plan, smoothed: the bytes the window drains meanwhile
+  // are handed out by the round itself, so the wire never waits for a plan.
+  double round_ns = 0;
   // What each node's ranks posted for the sequence numbers announced in rounds, by seq and
   // node: compared before an operation is handed out (op_check.hpp).
   std::map<uint64_t, std::vector<std::optional<OpSummary>>> announced;
@@ -79,8 +82,16 @@ struct CommSchedule {
   uint64_t last_completion_ns = 0;
   size_t interval_bytes = 0;
 
-  size_t window(const SchedulerTuning& t) const;
-  size_t chunk(const SchedulerTuning& t) const;
+  // Scheduled bytes allowed on the network for a communicator over `nodes` nodes, and the
+  // largest unit. A ring unit of B bytes keeps about B/N on each link at a time and completes
+  // B per 2(N-1)/N link-bytes, so the window that queues target_delay_us of link time grows
+  // with the node count: 2(N-1) x rate x target, rate in unit bytes per second.
+  size_t window(const SchedulerTuning& t, size_t nodes) const;
+  size_t chunk(const SchedulerTuning& t, size_t nodes) const;
+  // Bytes in flight now that are expected to have completed by the time a round started now
+  // hands out its plan.
+  size_t drained_during_round() const;
+  void record_round(uint64_t now);
   // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
   void record_completion(size_t bytes, uint64_t now);
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "config/tuning.hpp"
@@ -60,11 +61,27 @@ inline constexpr size_t kWindow = 1024;
 // Operations one round can announce per node; the rest wait for the next round.
 inline constexpr size_t kAnnouncePerRound = 64;
 
+// Small allreduces travel inside the round (issue 18 point 3): each node adds its reduced
+// part of every locally ready allreduce of at most --sched-eager-bytes (kEagerBytes at most,
+// kEagerOps of them), and an operation that every node carried in the same round is combined
+// from the records at once, without a transfer of its own.
+inline constexpr size_t kEagerOps = 16;
+inline constexpr size_t kEagerBytes = 1024;
+
+struct EagerEntry {
+  uint64_t seq;
+  uint32_t offset;  // in RoundRecord::tail, past the announcements; a multiple of 8
+  uint32_t bytes;   // the node's part, in the wire type
+};
+static_assert(sizeof(EagerEntry) == 16);
+
 // What one daemon tells the others each round. Only node 0's tuning fields are used, so the
 // daemons agree even if their jobs' environments differ. An operation is marked ready only
 // once it has been announced (now or in an earlier round) with what this node's ranks
 // submitted, so before any of its data moves every daemon can check that all nodes posted the
 // same collective, dtype, op, count and root. Node 0's announced priority orders the plan.
+// Only the used part is sent (round_record_bytes): a round that announces one operation
+// and carries 8 bytes of it is about 550 bytes on the wire, not the whole record.
 struct RoundRecord {
   uint64_t floor;
   uint64_t ready[kWindow / 64];
@@ -74,10 +91,21 @@ struct RoundRecord {
   uint64_t chunk_bytes;
   uint64_t room;  // window bytes this node has free: the round hands out the least of these
   uint32_t announced;
-  uint32_t reserved;
-  OpSummary announcements[kAnnouncePerRound];
+  uint32_t eager;             // entries of eager_ops in use
   AgreedAlgorithm algorithm;  // inter-node algorithm settings; node 0's apply (see AgreedAlgorithm)
+  EagerEntry eager_ops[kEagerOps];
+  // `announced` OpSummary records, then the eager parts at their offsets.
+  alignas(8) uint8_t tail[kAnnouncePerRound * sizeof(OpSummary) + kEagerBytes];
 };
 static_assert(std::is_trivially_copyable_v<RoundRecord>);
+static_assert(offsetof(RoundRecord, tail) % 8 == 0 && sizeof(RoundRecord) % 8 == 0);
+
+// Bytes of `r` that carry something: what is sent.
+size_t round_record_bytes(const RoundRecord& r);
+OpSummary announcement(const RoundRecord& r, size_t k);
+void add_announcement(RoundRecord& r, const OpSummary& summary);
+// Empty when `r`, as received from another node, is well formed; otherwise what is wrong.
+std::string round_record_problem(const RoundRecord& r);
+const EagerEntry* find_eager(const RoundRecord& r, uint64_t seq);
 
 }  // namespace nodecomm::daemon

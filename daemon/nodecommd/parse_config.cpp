@@ -259,6 +259,11 @@ void define_settings(CLI::App& app, Vars& v) {
                  "ready operation (microseconds)")
       ->check(CLI::Range(100u, 1000000u))
       ->capture_default_str();
+  app.add_option("--sched-eager-bytes", c.sched.eager_bytes,
+                 "Allreduces of at most this many bytes travel inside the scheduling round and "
+                 "complete with it, without a transfer of their own; 0: never")
+      ->check(CLI::Range(size_t{0}, size_t{1024}))
+      ->capture_default_str();
 }
 
 void define_meta(CLI::App& app, Meta& m) {

@@ -241,6 +241,10 @@ void CountersPublisher::round_started() {
   if (active()) counter_add(seg_->totals.sched_rounds, 1);
 }
 
+void CountersPublisher::eager_completed() {
+  if (active()) counter_add(seg_->totals.sched_eager, 1);
+}
+
 void CountersPublisher::stall_reported() {
   if (active()) counter_add(seg_->totals.stalls_reported, 1);
 }
@@ -304,6 +308,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   else
     bytes("sched-window", s.window_bytes);
   num("sched-target-us", s.target_delay_us);
+  num("sched-eager-bytes", s.eager_bytes);
   // What the transport runs with now. In a multi-node job node 0's values, agreed at every
   // scheduling round (admin.cpp), so they may differ from this daemon's own setting.
   text("agreed-allreduce-algorithm", algorithm_name(agreed.allreduce));

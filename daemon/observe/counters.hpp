@@ -49,6 +49,7 @@ class CountersPublisher final : public EngineObserver {
   void unit_started(const Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
   void unit_finished(Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
   void round_started() override;
+  void eager_completed() override;
   void stall_reported() override;
   // Daemon hooks.
   void client_accepted();

@@ -30,7 +30,7 @@ TEST(CountersLayout, SectionsSitWhereReadersExpectThem) {
   EXPECT_EQ(offsetof(proto::CountersSegment, collectives), 1024u);
   EXPECT_EQ(sizeof(proto::CountersSegment), 35200u);
   EXPECT_GE(proto::kCounterCollectives, static_cast<uint32_t>(proto::Collective::kCount));
-  EXPECT_EQ(proto::kCountersLayoutVersion, 1u);
+  EXPECT_EQ(proto::kCountersLayoutVersion, 2u);
 }
 
 TEST(CountersLayout, LatencyBucketsAreLog2Microseconds) {

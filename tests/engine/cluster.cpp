@@ -45,6 +45,7 @@ void apply(Ordering o, daemon::DaemonConfig& c) {
   if (o == Ordering::kChunked) {
     c.sched.chunk_bytes = 16 * 1024;
     c.sched.fusion_threshold_bytes = 8 * 1024;
+    c.sched.eager_bytes = 0;  // small allreduces fused or alone, not in the rounds
   } else if (o == Ordering::kSequence) {
     c.sched.policy = proto::PriorityPolicy::kNone;
     c.sched.fusion = false;

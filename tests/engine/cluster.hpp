@@ -42,8 +42,9 @@ inline void PrintTo(const Layout& layout, std::ostream* os) {
 }
 
 // How the daemons order multi-node work: the negotiated scheduler (priorities and fusion, the
-// default), the same with small scheduling chunks and a small fusion threshold (large
-// allreduces cut into ranges, small ones fused), and sequence order (policy none, fusion off);
+// default; allreduces of up to 1 KiB ride in the rounds), the same with small scheduling
+// chunks, a small fusion threshold and nothing in the rounds (large allreduces cut into
+// ranges, small ones fused), and sequence order (policy none, fusion off);
 // and the negotiated scheduler with the transport's per-call limit lowered to 1000 (bytes or
 // elements: NODECOMM_TEST_MPI_MAX_COUNT=1000's twin), so that every block beyond it goes as
 // chunked point-to-point messages, the way blocks beyond 2 GiB go for real.

@@ -367,6 +367,8 @@ constexpr CounterField kCounters[] = {
     {"sched_units", &proto::Totals::sched_units, "Scheduled transfers started"},
     {"sched_chunks", &proto::Totals::sched_chunks, "Scheduled chunks of one allreduce"},
     {"sched_fused", &proto::Totals::sched_fused, "Fused transfers of small allreduces"},
+    {"sched_eager", &proto::Totals::sched_eager,
+     "Small allreduces completed inside a scheduling round"},
     {"sched_unit_bytes", &proto::Totals::sched_unit_bytes, "Bytes of scheduled transfers"},
     {"ring_allreduces", &proto::Totals::ring_allreduces, "Inter-node allreduces by the ring"},
     {"ring_slices", &proto::Totals::ring_slices, "Ring slices (chunk-size pieces per block)"},

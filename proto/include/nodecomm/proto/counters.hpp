@@ -27,8 +27,8 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kCountersMagic = 0x31524e43444f4e4eULL;  // "NNODCNR1" little-endian
-inline constexpr uint32_t kCountersLayoutVersion = 1;
-inline constexpr uint64_t kTraceMagic = 0x3145435254434e4eULL;  // "NNCTRCE1" little-endian
+inline constexpr uint32_t kCountersLayoutVersion = 2;              // 2: Totals::sched_eager
+inline constexpr uint64_t kTraceMagic = 0x3145435254434e4eULL;     // "NNCTRCE1" little-endian
 inline constexpr uint32_t kTraceLayoutVersion = 1;
 
 inline constexpr uint32_t kCounterCollectives = 16;  // >= Collective::kCount
@@ -137,7 +137,8 @@ struct Totals {
   uint64_t busbw_ewma_bps;      // its exponentially weighted moving average (alpha 1/4)
   uint64_t busbw_interval_ns;   // length of that interval
   uint64_t tracing;             // 1 while a trace is being recorded
-  uint64_t reserved[32 - 29];
+  uint64_t sched_eager;         // counter: small allreduces completed inside a scheduling round
+  uint64_t reserved[32 - 30];
 };
 static_assert(sizeof(Totals) == size_t{32} * 8);
 

@@ -1,0 +1,74 @@
+// Issue 18 point 2: the scheduler's window grows with the node count (a ring unit keeps only
+// about 1/N of its bytes on each link), and a round is started early enough that the bytes
+// draining while it is out are already handed out again when its plan arrives.
+#include <gtest/gtest.h>
+
+#include "engine/schedule.hpp"
+
+namespace nodecomm::daemon {
+namespace {
+
+SchedulerTuning auto_tuning(uint32_t target_us) {
+  SchedulerTuning t;
+  t.window_bytes = 0;
+  t.chunk_bytes = 0;
+  t.target_delay_us = target_us;
+  return t;
+}
+
+// A steady completion rate: one 5 ms interval of `bytes_per_ms` each millisecond.
+void run_at(CommSchedule& sched, size_t bytes_per_ms) {
+  for (uint64_t ms = 1; ms <= 12; ++ms) sched.record_completion(bytes_per_ms, ms * 1'000'000);
+}
+
+TEST(ScheduleWindow, GrowsWithTheRingsLinkShare) {
+  CommSchedule sched;
+  run_at(sched, 100'000);  // 100 MB/s of unit bytes
+  ASSERT_NEAR(sched.rate, 100e6, 1e6);
+  const SchedulerTuning t = auto_tuning(2000);
+  // 2(N-1) x rate x target: 2 nodes 0.4 MB, 4 nodes 1.2 MB, 8 nodes 2.8 MB.
+  EXPECT_NEAR(static_cast<double>(sched.window(t, 2)), 400e3, 10e3);
+  EXPECT_NEAR(static_cast<double>(sched.window(t, 4)), 1.2e6, 30e3);
+  EXPECT_NEAR(static_cast<double>(sched.window(t, 8)), 2.8e6, 70e3);
+  EXPECT_EQ(sched.chunk(t, 8), sched.window(t, 8) / 4);
+  // A single node's communicator never reaches the scheduler, but the formula stays sane.
+  EXPECT_EQ(sched.window(t, 1), sched.window(t, 2));
+}
+
+TEST(ScheduleWindow, BoundsAndFixedSettingsHold) {
+  CommSchedule sched;  // nothing measured yet: the least window
+  SchedulerTuning t = auto_tuning(2000);
+  EXPECT_EQ(sched.window(t, 64), kMinWindowBytes);
+  EXPECT_EQ(sched.chunk(t, 64), kMinChunkBytes);
+  run_at(sched, 10'000'000);  // 10 GB/s
+  EXPECT_EQ(sched.window(t, 4096), kMaxWindowBytes);
+  EXPECT_EQ(sched.chunk(t, 4096), kMaxChunkBytes);
+  t.window_bytes = 3 << 20;
+  t.chunk_bytes = 1 << 20;
+  EXPECT_EQ(sched.window(t, 4096), size_t{3} << 20);
+  EXPECT_EQ(sched.chunk(t, 4096), size_t{1} << 20);
+}
+
+TEST(ScheduleWindow, LookaheadIsWhatDrainsDuringARound) {
+  CommSchedule sched;
+  run_at(sched, 100'000);  // 100 MB/s
+  InFlightToken on_network = sched.bytes_in_flight.acquire(1'000'000);
+  EXPECT_EQ(sched.drained_during_round(), 0u);  // no round measured yet
+  sched.last_round_ns = 50'000'000;
+  sched.record_round(52'000'000);  // a 2 ms round: 200 KB drain meanwhile
+  EXPECT_NEAR(static_cast<double>(sched.drained_during_round()), 200e3, 5e3);
+  // Quick to rise, slow to fall.
+  sched.last_round_ns = 60'000'000;
+  sched.record_round(61'000'000);
+  EXPECT_GT(sched.round_ns, 1.5e6);
+  sched.last_round_ns = 70'000'000;
+  sched.record_round(85'000'000);
+  EXPECT_DOUBLE_EQ(sched.round_ns, 15e6);
+  // Never more than is in flight (15 ms at 100 MB/s would be 1.5 MB).
+  EXPECT_EQ(sched.drained_during_round(), 1'000'000u);
+  on_network.release();
+  EXPECT_EQ(sched.drained_during_round(), 0u);
+}
+
+}  // namespace
+}  // namespace nodecomm::daemon
