@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # nodecommctl against a live job: a 2x2 nodecomm-bench (4 MiB allreduces, until killed) under
 # nodecomm-launch, whose daemons are instances launch-<pid>-node0 and -node1. While it runs:
-#  1. list, status, clients, ops and counters (--json) parse and show the job;
+#  1. list, status, clients, ops and counters (--json) parse and show the job (and the bench's
+#     8-byte sync counted as completed inside a scheduling round, sched_eager);
 #  2. `set chunk-size 64K` on node 0 mid-job: both daemons adopt it at their next scheduling
 #     round (agreed-chunk-size), and the ring's slices per allreduce (ring_slices /
 #     ring_allreduces over an interval) grow, while every allreduce still completes;
@@ -81,6 +82,10 @@ pass "job running on $I0 and $I1"
 "$CTL" counters --instance "$I0" --json >"$work/counters.json" || fail "counters exit $?"
 [ "$(json 'd["collectives"]["allreduce"]["ops"] > 0 and d["collectives"]["allreduce"]["errors"] == 0 and d["totals"]["ring_allreduces"] > 0' <"$work/counters.json")" = True ] &&
   pass "counters: allreduces completed, none failed, ring in use" || fail "counters: $(cat "$work/counters.json")"
+# The bench's 8-byte sync before its timed loop is small enough to ride in a scheduling round.
+[ "$(json 'd["totals"]["sched_eager"] > 0' <"$work/counters.json")" = True ] &&
+  pass "counters: the 8-byte sync completed inside a scheduling round (sched_eager)" ||
+  fail "counters: no sched_eager: $(cat "$work/counters.json")"
 
 # Two instances run and neither is 'default' (unless the node runs the service): a command
 # without --instance is a usage error naming both.
