@@ -104,5 +104,6 @@ for system in nodecomm mpi gloo; do
   awk -v s="$system" -v c="$(field "$f" t_compute)" -v m="$(field "$f" t_comm)" \
     -v t="$(field "$f" t_step)" -v o="$(field "$f" overlap_efficiency)" -v n="$n_step" 'BEGIN {
       name = s == "mpi" ? "Open MPI" : (s == "gloo" ? "Gloo" : s)
-      printf "%10s  %10.1f %10.1f %10.1f  %8s  %9.2fx\n", name, c, m, t, o, t / n }'
+      ov = o == "null" || o == "" ? "n/a" : sprintf("%.2f", o)
+      printf "%10s  %10.1f %10.1f %10.1f  %8s  %9.2fx\n", name, c, m, t, ov, t / n }'
 done
