@@ -234,7 +234,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     apply_sched();
   } else if (key == "sched-eager-bytes") {
     old = std::to_string(config_.sched.eager_bytes);
-    config_.sched.eager_bytes = parse_uint(key, value, 0, 1024);
+    config_.sched.eager_bytes = parse_uint(key, value, 0, kMaxEagerBytes);
     apply_sched();
   } else if (key == "idle") {
     check_choice(key, value, {"auto", "spin", "backoff"});

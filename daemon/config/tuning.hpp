@@ -44,6 +44,10 @@ struct AlgorithmTuning {
   uint32_t endpoints = 2;
 };
 
+// The most bytes (in the wire type) of one allreduce carried inside a scheduling round: the
+// data area of a round record (engine/wire_formats.hpp) and the limit of --sched-eager-bytes.
+inline constexpr size_t kMaxEagerBytes = 1024;
+
 struct SchedulerTuning {
   proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
   bool fusion = true;
@@ -59,9 +63,9 @@ struct SchedulerTuning {
   // a newly ready high-priority operation by about that much, at any link speed.
   size_t window_bytes = 0;
   uint32_t target_delay_us = 2000;
-  // Allreduces of at most this many bytes (in the wire type; at most kEagerBytes, 1 KiB) ride
-  // in the scheduling round and complete with it. 0: never.
-  size_t eager_bytes = 1024;
+  // Allreduces of at most this many bytes (in the wire type; at most kMaxEagerBytes) ride in
+  // the scheduling round and complete with it. 0: never.
+  size_t eager_bytes = kMaxEagerBytes;
 
   // Without priorities or fusion, operations go out in sequence order and need no rounds.
   bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }

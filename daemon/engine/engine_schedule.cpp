@@ -41,6 +41,17 @@ const Operation* local_op(Communicator& comm, uint64_t seq) {
   return found == comm.ops().end() ? nullptr : &found->second;
 }
 
+// This node's operation for `seq`, which a round's plan names; nullptr after poisoning the
+// communicator when it is not here (the daemons' plans have diverged).
+Operation* agreed_op(Communicator& comm, uint64_t seq) {
+  const auto found = comm.ops().find(seq);
+  if (found != comm.ops().end()) return &found->second;
+  comm.poison(
+      Status::kInternal,
+      fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here", comm.id(), seq));
+  return nullptr;
+}
+
 bool is_allreduce(const Operation& op) {
   return static_cast<proto::Collective>(op.first().collective) == proto::Collective::kAllreduce;
 }
@@ -332,14 +343,13 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   std::vector<uint64_t> eager_seqs;
   std::erase_if(eligible, [&](uint64_t i) {
     const uint64_t seq = sched.floor + i;
-    std::vector<const uint8_t*> parts;
+    std::vector<const EagerEntry*> entries;
     for (const RoundRecord& r : records) {
-      const EagerEntry* e = find_eager(r, seq);
-      if (e == nullptr) return false;
-      parts.push_back(r.tail + e->offset);
+      entries.push_back(find_eager(r, seq));
+      if (entries.back() == nullptr) return false;
     }
     eager_seqs.push_back(seq);
-    complete_eager(job, comm, seq, records, parts);
+    complete_eager(job, comm, seq, records, entries);
     return true;
   });
   if (comm.poisoned()) return;
@@ -365,14 +375,9 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   for (const uint64_t i : eligible) {
     if (budget == 0) break;
     const uint64_t seq = sched.floor + i;
-    auto found = comm.ops().find(seq);
-    if (found == comm.ops().end()) {
-      comm.poison(Status::kInternal,
-                  fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here",
-                              comm.id(), seq));
-      return;
-    }
-    Operation& op = found->second;
+    Operation* agreed = agreed_op(comm, seq);
+    if (agreed == nullptr) return;
+    Operation& op = *agreed;
     ScheduledUnit unit;
     unit.seqs.push_back(seq);
     if (!is_allreduce(op) || is_int8(op)) {
@@ -453,18 +458,15 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
 
 void NegotiatedOrder::complete_eager(Job& job, Communicator& comm, uint64_t seq,
                                      const std::vector<RoundRecord>& records,
-                                     const std::vector<const uint8_t*>& parts) {
-  auto found = comm.ops().find(seq);
-  if (found == comm.ops().end()) {
-    comm.poison(Status::kInternal,
-                fmt::format("scheduling on comm {}: seq {} was agreed but is unknown here",
-                            comm.id(), seq));
-    return;
-  }
-  Operation& op = found->second;
+                                     const std::vector<const EagerEntry*>& entries) {
+  Operation* agreed = agreed_op(comm, seq);
+  if (agreed == nullptr) return;
+  Operation& op = *agreed;
   const size_t expected = eager_allreduce_bytes(comm.layout(), op, kEagerBytes);
+  std::vector<const uint8_t*> parts;
   for (size_t n = 0; n < records.size(); ++n) {
-    const size_t bytes = find_eager(records[n], seq)->bytes;
+    const size_t bytes = entries[n]->bytes;
+    parts.push_back(records[n].tail + entries[n]->offset);
     if (bytes != expected) {
       comm.poison(Status::kInternal,
                   fmt::format("scheduling on comm {}: node {} carried {} bytes of seq {} in its "

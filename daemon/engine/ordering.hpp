@@ -75,11 +75,11 @@ class NegotiatedOrder final : public OrderingPolicy {
   size_t poll_units(Job& job, Communicator& comm);
   void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
   void apply_round(Job& job, Communicator& comm);
-  // seq, which every node carried in this round's records (`parts`, in node order), is
+  // seq, which every node carried in this round's records (entries[n] in records[n]), is
   // combined and delivered here.
   void complete_eager(Job& job, Communicator& comm, uint64_t seq,
                       const std::vector<RoundRecord>& records,
-                      const std::vector<const uint8_t*>& parts);
+                      const std::vector<const EagerEntry*>& entries);
   void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,

@@ -66,7 +66,7 @@ inline constexpr size_t kAnnouncePerRound = 64;
 // kEagerOps of them), and an operation that every node carried in the same round is combined
 // from the records at once, without a transfer of its own.
 inline constexpr size_t kEagerOps = 16;
-inline constexpr size_t kEagerBytes = 1024;
+inline constexpr size_t kEagerBytes = kMaxEagerBytes;
 
 struct EagerEntry {
   uint64_t seq;

@@ -262,7 +262,7 @@ void define_settings(CLI::App& app, Vars& v) {
   app.add_option("--sched-eager-bytes", c.sched.eager_bytes,
                  "Allreduces of at most this many bytes travel inside the scheduling round and "
                  "complete with it, without a transfer of their own; 0: never")
-      ->check(CLI::Range(size_t{0}, size_t{1024}))
+      ->check(CLI::Range(size_t{0}, kMaxEagerBytes))
       ->capture_default_str();
 }
 
