@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -162,6 +164,52 @@ TEST(CountersSegment, ReaderRefusesOtherLayouts) {
   } catch (const ctl::RuntimeError& e) {
     EXPECT_NE(std::string(e.what()).find("layout version"), std::string::npos) << e.what();
   }
+  ::munmap(seg, sizeof(proto::CountersSegment));
+  ::shm_unlink(name.c_str());
+}
+
+// A writer descheduled in the middle of a rewrite (a loaded machine) makes the reader wait for
+// it rather than fail; a writer that died there makes it fail at once, naming the pid.
+TEST(CountersSegment, ReaderWaitsForADescheduledWriterAndNamesADeadOne) {
+  const std::string name = "/nodecomm.ctl-unit-busy-" + std::to_string(::getpid()) + ".counters";
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, sizeof(proto::CountersSegment)), 0);
+  auto* seg = static_cast<proto::CountersSegment*>(
+      ::mmap(nullptr, sizeof(proto::CountersSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(seg, MAP_FAILED);
+  ::close(fd);
+  seg->header.magic = proto::kCountersMagic;
+  seg->header.segment_bytes = sizeof(proto::CountersSegment);
+  seg->header.layout_version = proto::kCountersLayoutVersion;
+  seg->daemon.pid = static_cast<uint64_t>(::getpid());
+  std::atomic_ref<uint64_t> ops_seq(seg->ops.sequence);
+  ops_seq.store(3, std::memory_order_release);  // odd: mid-rewrite
+  ctl::CountersView view(name);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ops_seq.store(4, std::memory_order_release);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(view.read());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(90));
+  writer.join();
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  seg->daemon.pid = static_cast<uint64_t>(child);
+  ops_seq.store(5, std::memory_order_release);
+  const auto t1 = std::chrono::steady_clock::now();
+  try {
+    view.read();
+    ADD_FAILURE() << "a half-written section was read";
+  } catch (const ctl::RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("died"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(child)), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
   ::munmap(seg, sizeof(proto::CountersSegment));
   ::shm_unlink(name.c_str());
 }

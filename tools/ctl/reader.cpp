@@ -61,6 +61,11 @@ uint64_t realtime_now_ns() {
   return clock_ns(CLOCK_REALTIME);
 }
 
+// How long a reader waits for a section the daemon is rewriting, and how many spins it makes
+// between sleeps.
+constexpr uint64_t kSectionWaitNs = 3'000'000'000ull;
+constexpr int kSpinTries = 200;
+
 bool pid_alive(pid_t pid) {
   return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 }
@@ -127,13 +132,30 @@ Snapshot CountersView::read() const {
   for (uint32_t c = 0; c < proto::kCounterCollectives; ++c) {
     copy_words(s.collectives[c], seg_->collectives[c]);
   }
-  const bool ok =
-      proto::seqlock_read(seg_->params, s.params) && proto::seqlock_read(seg_->job, s.job) &&
-      proto::seqlock_read(seg_->clients, s.clients) && proto::seqlock_read(seg_->ops, s.ops);
-  if (!ok) {
-    throw RuntimeError(fmt::format(
-        "/dev/shm{}: a section stayed busy (the daemon died or is stuck while rewriting it)",
-        name_));
+  // The daemon rewrites a section in microseconds, but on a loaded machine it can be
+  // descheduled in the middle for many milliseconds; spinning alone gives up long before it
+  // runs again. So retry by time, sleeping between bursts, and give up early only when the
+  // writer is gone.
+  const uint64_t deadline_ns = s.now_monotonic_ns + kSectionWaitNs;
+  for (;;) {
+    const bool ok = proto::seqlock_read(seg_->params, s.params, kSpinTries) &&
+                    proto::seqlock_read(seg_->job, s.job, kSpinTries) &&
+                    proto::seqlock_read(seg_->clients, s.clients, kSpinTries) &&
+                    proto::seqlock_read(seg_->ops, s.ops, kSpinTries);
+    if (ok) break;
+    const bool writer_alive = pid_alive(static_cast<pid_t>(s.daemon.pid));
+    if (!writer_alive || monotonic_now_ns() >= deadline_ns) {
+      throw RuntimeError(
+          writer_alive
+              ? fmt::format("/dev/shm{}: a section stayed busy for {} s (the daemon is stuck "
+                            "while rewriting it)",
+                            name_, kSectionWaitNs / 1'000'000'000)
+              : fmt::format("/dev/shm{}: a section was left half-written (the daemon, pid {}, "
+                            "died while rewriting it)",
+                            name_, s.daemon.pid));
+    }
+    const timespec pause{0, 1'000'000};
+    ::nanosleep(&pause, nullptr);
   }
   s.params.count = std::min(s.params.count, proto::kCounterParams);
   s.clients.count = std::min(s.clients.count, proto::kCounterClients);
