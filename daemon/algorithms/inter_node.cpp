@@ -82,6 +82,12 @@ int InterNode::next_tag_base(NodeComm comm, const PointToPoint& net) {
   return static_cast<int>(group(comm).started++ % tag_windows(net)) * kTagsPerOperation;
 }
 
+int InterNode::next_exchange_tag_base(NodeComm comm, const PointToPoint& net) {
+  // The upper half of the tag windows, apart from the transfers'.
+  const int windows = tag_windows(net);
+  return static_cast<int>(windows + group(comm).exchanges++ % windows) * kTagsPerOperation;
+}
+
 TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t count,
                                            proto::DType dtype, proto::RedOp op,
                                            proto::Compression wire, const AllreduceHooks& hooks) {
@@ -121,13 +127,18 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
 TransportHandle InterNode::start_exchange(NodeComm comm, void* records, size_t bytes,
                                           size_t send_bytes) {
   PointToPoint& p2p = net_.p2p(comm);
-  Group& g = group(comm);
-  const int windows = tag_windows(p2p);
-  const int tag_base = static_cast<int>(windows + g.exchanges++ % windows) * kTagsPerOperation;
+  const int tag_base = next_exchange_tag_base(comm, p2p);
   if (p2p.size() == 1) return run(std::make_unique<Finished>(), p2p);  // its record is in place
   return run(
       make_record_exchange(p2p, tag_base, records, bytes, send_bytes == 0 ? bytes : send_bytes),
       p2p);
+}
+
+TransportHandle InterNode::start_combine(NodeComm comm, RecordCombineSpec spec) {
+  PointToPoint& p2p = net_.p2p(comm);
+  const int tag_base = next_exchange_tag_base(comm, p2p);
+  if (p2p.size() == 1) return run(std::make_unique<Finished>(), p2p);  // its record is all
+  return run(make_record_combine(p2p, tag_base, std::move(spec)), p2p);
 }
 
 TransportHandle InterNode::start_chunked(NodeComm comm, const std::vector<Transfer>& sends,

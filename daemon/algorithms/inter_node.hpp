@@ -14,6 +14,7 @@
 
 #include "algorithms/allreduce_algorithms.hpp"
 #include "algorithms/collective_algorithms.hpp"
+#include "algorithms/record_combine.hpp"
 #include "net/transport.hpp"
 
 namespace nodecomm::daemon {
@@ -44,6 +45,9 @@ class InterNode {
   // Only the first `send_bytes` of this node's record are sent (0: all of it); see
   // make_record_exchange.
   TransportHandle start_exchange(NodeComm comm, void* records, size_t bytes, size_t send_bytes = 0);
+  // Every node's record combined into all nodes' on every node, by recursive doubling
+  // (record_combine.hpp); in the exchanges' stream of tags.
+  TransportHandle start_combine(NodeComm comm, RecordCombineSpec spec);
   // send [sdispls[n], +sbytes[n]) goes to node n, which receives it at its own recv
   // [rdispls[me], +rbytes[me]).
   TransportHandle start_alltoallv(NodeComm comm, const void* send, std::vector<size_t> sbytes,
@@ -106,6 +110,8 @@ class InterNode {
   TransportHandle run(std::unique_ptr<AllreduceAlgorithm> algorithm, PointToPoint& net);
   // The next point-to-point transfer's tag base on `net` (start order, shared by every daemon).
   int next_tag_base(NodeComm comm, const PointToPoint& net);
+  // The next record exchange's or combination's (their own stream, see start_exchange).
+  int next_exchange_tag_base(NodeComm comm, const PointToPoint& net);
   // Point-to-point transfers of any size on the group's lanes (chunked_transfers.hpp), with a
   // tag window of their own like every other point-to-point operation.
   TransportHandle start_chunked(NodeComm comm, const std::vector<struct Transfer>& sends,

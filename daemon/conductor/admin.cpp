@@ -95,6 +95,7 @@ const std::vector<std::string>& settable_keys() {
                                                 "sched-window",
                                                 "sched-target-us",
                                                 "sched-eager-bytes",
+                                                "sched-gather-nodes",
                                                 "idle",
                                                 "net-park-min-us",
                                                 "net-park-max-us",
@@ -231,6 +232,10 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "sched-target-us") {
     old = std::to_string(config_.sched.target_delay_us);
     config_.sched.target_delay_us = parse_uint(key, value, 100, 1'000'000);
+    apply_sched();
+  } else if (key == "sched-gather-nodes") {
+    old = std::to_string(config_.sched.gather_nodes);
+    config_.sched.gather_nodes = parse_uint(key, value, 1, 1u << 20);
     apply_sched();
   } else if (key == "sched-eager-bytes") {
     old = std::to_string(config_.sched.eager_bytes);

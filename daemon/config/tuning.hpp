@@ -47,6 +47,9 @@ struct AlgorithmTuning {
 // The most bytes (in the wire type) of one allreduce carried inside a scheduling round: the
 // data area of a round record (engine/wire_formats.hpp) and the limit of --sched-eager-bytes.
 inline constexpr size_t kMaxEagerBytes = 1024;
+// --sched-gather-nodes: every daemon's first round of a communicator travels by this, before
+// node 0's setting has reached the others.
+inline constexpr uint32_t kDefaultGatherNodes = 8;
 
 struct SchedulerTuning {
   proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
@@ -66,6 +69,10 @@ struct SchedulerTuning {
   // Allreduces of at most this many bytes (in the wire type; at most kMaxEagerBytes) ride in
   // the scheduling round and complete with it. 0: never.
   size_t eager_bytes = kMaxEagerBytes;
+  // Communicators over at most this many nodes exchange round records all-to-all (one step,
+  // N-1 messages per daemon); larger ones combine them by recursive doubling (log2 N steps of
+  // one message). Node 0's applies, from the round after it is set.
+  uint32_t gather_nodes = kDefaultGatherNodes;
 
   // Without priorities or fusion, operations go out in sequence order and need no rounds.
   bool negotiated() const { return policy != proto::PriorityPolicy::kNone || fusion; }

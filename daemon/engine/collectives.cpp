@@ -513,13 +513,17 @@ bool eager_allreduce_part(CollectiveContext& ctx, Operation& op, uint8_t* out) {
   return !op.member_lost_midway;
 }
 
-void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op,
-                             const std::vector<const uint8_t*>& parts) {
+EagerReduction eager_allreduce_reduction(const CommLayout& lay, const Operation& op) {
+  const Shape s = shape_of(lay, op);
+  return {s.wire, s.op};
+}
+
+void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op, const uint8_t* combined) {
   const Shape s = shape_of(ctx.comm.layout(), op);
-  std::vector<uint8_t> sum(parts.front(), parts.front() + s.count * s.wire_elem);
-  for (size_t n = 1; n < parts.size(); ++n) accumulate(s.wire, s.op, sum.data(), parts[n], s.count);
+  // The hooks finish in place (average, narrowing): a copy, as the record is const.
+  std::vector<uint8_t> result(combined, combined + s.count * s.wire_elem);
   StagingPool::Buffer no_scratch;
-  allreduce_hooks(ctx, op, s, sum.data(), 0, &no_scratch).done(0, s.count);
+  allreduce_hooks(ctx, op, s, result.data(), 0, &no_scratch).done(0, s.count);
 }
 
 void stage_out(CollectiveContext& ctx, Operation& op) {

@@ -57,9 +57,14 @@ TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<
 size_t eager_allreduce_bytes(const CommLayout& lay, const Operation& op, size_t limit);
 // This node's ranks reduced into `out` (eager_allreduce_bytes of it); false if a member is gone.
 bool eager_allreduce_part(CollectiveContext& ctx, Operation& op, uint8_t* out);
-// Every node's part, in node order, combined in that order (so every node holds the same
-// bits) and delivered to this node's ranks.
-void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op,
-                             const std::vector<const uint8_t*>& parts);
+// How the nodes' parts of op combine: the wire type and op (engine_schedule.cpp reduces the
+// parts as the round records are combined).
+struct EagerReduction {
+  proto::DType wire;
+  proto::RedOp op;
+};
+EagerReduction eager_allreduce_reduction(const CommLayout& lay, const Operation& op);
+// Every node's part combined (the same bits on every node) delivered to this node's ranks.
+void eager_allreduce_deliver(CollectiveContext& ctx, Operation& op, const uint8_t* combined);
 
 }  // namespace nodecomm::daemon

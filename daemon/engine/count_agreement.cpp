@@ -126,12 +126,10 @@ CountDigest node_count_digest(Collective c, uint32_t size, const std::vector<Mem
 
 std::string cross_node_count_disagreement(Collective c, uint32_t comm_id, uint64_t seq,
                                           const std::vector<CountDigest>& by_node,
-                                          const std::vector<std::string>& node_ranks,
-                                          size_t here_node, const CountDigest* here) {
+                                          const std::vector<std::string>& labels,
+                                          const std::string& here_label, const CountDigest* here) {
   if (by_node.empty()) return {};
-  const auto node = [&](size_t n) {
-    return fmt::format("node {} ({})", n, n < node_ranks.size() ? node_ranks[n] : "?");
-  };
+  const auto node = [&](size_t n) { return n < labels.size() ? labels[n] : std::string("?"); };
   std::string text = fmt::format("mismatched {} counts on comm {} seq {} between nodes: ",
                                  proto::collective_name(c), comm_id, seq);
   if (c == Collective::kAllgatherv) {
@@ -150,7 +148,7 @@ std::string cross_node_count_disagreement(Collective c, uint32_t comm_id, uint64
         differ, node(0));
     if (here != nullptr) {
       text += fmt::format("; here, {} sends {} elements and its recv_counts total {}",
-                          node(here_node), here->sent, here->expected);
+                          here_label, here->sent, here->expected);
     }
     return text;
   }
@@ -171,7 +169,7 @@ std::string cross_node_count_disagreement(Collective c, uint32_t comm_id, uint64
     text += fmt::format(
         "; here, {} sends {} elements to ranks on other nodes and expects {} "
         "from them",
-        node(here_node), here->sent, here->expected);
+        here_label, here->sent, here->expected);
   }
   return text;
 }

@@ -51,12 +51,14 @@ CountDigest node_count_digest(proto::Collective c, uint32_t size,
                               const std::vector<MemberCounts>& members,
                               const std::vector<bool>& local);
 
-// Empty when the nodes' digests agree; otherwise the reason, naming each node's ranks (from
-// `node_ranks`, such as "ranks 0,1") and, if `here` is given, this node's (`here_node`) totals.
-// Only the digests travel between nodes, so other nodes' totals are not known here.
+// Empty when the digests agree; otherwise the reason, naming the nodes by `labels` (one per
+// digest, such as "node 1 (ranks 2,3)"; allgatherv names those that differ from the first)
+// and, if `here` is given, this node's totals under `here_label`. Only the digests travel
+// between nodes, so other nodes' totals are not known here. A digest may stand for several
+// nodes (alltoallv's are summed on the way), labelled as such.
 std::string cross_node_count_disagreement(proto::Collective c, uint32_t comm_id, uint64_t seq,
                                           const std::vector<CountDigest>& by_node,
-                                          const std::vector<std::string>& node_ranks,
-                                          size_t here_node, const CountDigest* here);
+                                          const std::vector<std::string>& labels,
+                                          const std::string& here_label, const CountDigest* here);
 
 }  // namespace nodecomm::daemon

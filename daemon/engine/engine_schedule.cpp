@@ -1,12 +1,13 @@
 // The negotiated scheduler (NegotiatedOrder, ordering.hpp): priorities, chunking and fusion
 // for communicators that span nodes (see schedule.hpp for the design). Every daemon runs the
-// same rounds in the same order, and from the same gathered records computes the same units in
+// same rounds in the same order, and from the same combined record computes the same units in
 // the same order, so the transport sees identical start sequences everywhere.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "config/log.hpp"
@@ -14,7 +15,9 @@
 #include "engine/engine.hpp"
 #include "engine/observer.hpp"
 #include "engine/op_check.hpp"
+#include "engine/round_record.hpp"
 #include "engine/wire_formats.hpp"
+#include "kernels/reduce.hpp"
 #include "nodecomm/ipc/clock.hpp"
 
 namespace nodecomm::daemon {
@@ -28,11 +31,51 @@ namespace {
 // rounds, so without this a node whose ranks posted something else would never be told.
 bool agreed_everywhere(const CommSchedule& sched, uint64_t seq, size_t node_count) {
   const auto found = sched.announced.find(seq);
-  if (found == sched.announced.end() || found->second.size() != node_count) return false;
-  for (const auto& summary : found->second) {
-    if (!summary) return false;
+  return found != sched.announced.end() && found->second.nodes == node_count;
+}
+
+// Reduces the eager parts of the operations in `kinds` (this node's, the only ones whose
+// parts survive a combination with this node's record). Captures nothing of the engine: a
+// round given up with a lost node may still run.
+EagerCombine eager_combiner(std::vector<std::pair<uint64_t, EagerReduction>> kinds) {
+  return [kinds = std::move(kinds)](uint64_t seq, uint8_t* into, const uint8_t* other,
+                                    uint32_t bytes) {
+    for (const auto& [s, r] : kinds) {
+      if (s != seq) continue;
+      accumulate(r.wire, r.op, into, other, bytes / proto::dtype_size(r.wire));
+      return true;
+    }
+    return false;
+  };
+}
+
+// Merges the record that arrived at `incoming` (nodes [first, first + nodes) as the
+// recursive doubling expects) into this node's at `record`; returns the bytes to send next.
+// A malformed one is not merged but named in the record, so the round still completes and
+// every node that learns of it fails the communicator (apply_round).
+size_t combine_received(uint8_t* record, const uint8_t* incoming, uint32_t node_count,
+                        uint32_t first, uint32_t nodes, const EagerCombine& eager,
+                        uint32_t comm_id) {
+  auto mine = std::make_unique<RoundRecord>();
+  auto theirs = std::make_unique<RoundRecord>();
+  std::memcpy(mine.get(), record, sizeof(RoundRecord));
+  std::memcpy(theirs.get(), incoming, sizeof(RoundRecord));
+  std::string problem = round_record_problem(*theirs, node_count);
+  if (problem.empty() && (theirs->nodes != nodes || theirs->lead_node != first)) {
+    problem = fmt::format("covers {} node(s) led by node {}, expected {} from node {}",
+                          theirs->nodes, theirs->lead_node, nodes, first);
   }
-  return true;
+  if (!problem.empty()) {
+    NC_LOG(kError, "scheduling round on comm {}: the record of nodes {}..{} is malformed: {}",
+           comm_id, first, first + nodes - 1, problem);
+    mine->malformed_node = std::min(mine->malformed_node, first);
+    std::memcpy(record, mine.get(), sizeof(RoundRecord));
+    return round_record_bytes(*mine);
+  }
+  auto merged = std::make_unique<RoundRecord>();
+  merge_round_records(*mine, *theirs, *merged, eager);
+  std::memcpy(record, merged.get(), sizeof(RoundRecord));
+  return round_record_bytes(*merged);
 }
 
 // This node's operation for `seq`, if it is still here.
@@ -172,8 +215,15 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
 void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
-  RoundRecord mine{};
-  mine.floor = sched.floor;
+  auto own = std::make_unique<RoundRecord>();
+  RoundRecord& mine = *own;
+  std::memset(&mine, 0, sizeof(mine));
+  mine.nodes = 1;
+  mine.lead_node = lay.node_index;
+  mine.malformed_node = kNoNode;
+  mine.gather_nodes = tuning.gather_nodes;
+  mine.floor_low = sched.floor;
+  mine.floor_high = sched.floor;
   mine.policy = static_cast<uint32_t>(tuning.policy);
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
@@ -184,7 +234,14 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.room = window - std::min(window, staying);
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
   std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end
+  std::vector<std::pair<uint64_t, EagerReduction>> eager_kinds;
+  sched.announced_in_round.clear();
   if (engine_.observer_ != nullptr) engine_.observer_->round_started();
+  const auto announce_op = [&](Operation& op) {
+    add_announcement(mine, announce(summarize(op, lay), lay.node_index));
+    op.announced = true;
+    sched.announced_in_round.push_back(op.seq);
+  };
   auto& ops = comm.ops();
   for (auto it = ops.lower_bound(sched.floor); it != ops.end() && it->first < sched.floor + kWindow;
        ++it) {
@@ -193,16 +250,14 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
       // Announced, never marked ready: it runs outside the rounds once all nodes agree.
       if (op.phase == Operation::Phase::kReady && !op.announced &&
           mine.announced < kAnnouncePerRound) {
-        add_announcement(mine, summarize(op, lay));
-        op.announced = true;
+        announce_op(op);
       }
       break;  // nothing overtakes a split or free
     }
     if (!locally_ready(comm, op)) continue;
     if (!op.announced) {
       if (mine.announced == kAnnouncePerRound) continue;
-      add_announcement(mine, summarize(op, lay));
-      op.announced = true;
+      announce_op(op);
     }
     const uint64_t i = it->first - sched.floor;
     mine.ready[i / 64] |= uint64_t{1} << (i % 64);
@@ -220,65 +275,150 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
       if (eager_allreduce_part(ctx, op, eager.data() + at)) {
         mine.eager_ops[mine.eager++] = {op.seq, static_cast<uint32_t>(at),
                                         static_cast<uint32_t>(bytes)};
+        eager_kinds.emplace_back(op.seq, eager_allreduce_reduction(lay, op));
       } else {
         eager.resize(at);
       }
     }
   }
   // The parts follow the announcements.
-  const size_t parts_at = size_t{mine.announced} * sizeof(OpSummary);
+  const size_t parts_at = size_t{mine.announced} * sizeof(Announcement);
   if (!eager.empty()) std::memcpy(mine.tail + parts_at, eager.data(), eager.size());
   for (uint32_t k = 0; k < mine.eager; ++k) mine.eager_ops[k].offset += parts_at;
-  sched.round_records.assign(sizeof(RoundRecord) * lay.node_count, 0);
-  std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
-              sizeof(mine));
-  sched.round = engine_.transport_.start_exchange(lay.node_comm, sched.round_records.data(),
-                                                  sizeof(RoundRecord), round_record_bytes(mine));
+  sched.round_eager = eager_combiner(std::move(eager_kinds));
+  const uint32_t nodes = lay.node_count;
+  sched.round_combined = nodes > sched.gather_nodes;
+  if (!sched.round_combined) {
+    // All-to-all: one step; every node then combines the N records in node order.
+    sched.round_records.assign(sizeof(RoundRecord) * nodes, 0);
+    std::memcpy(sched.round_records.data() + sizeof(RoundRecord) * lay.node_index, &mine,
+                sizeof(mine));
+    sched.round = engine_.transport_.start_exchange(lay.node_comm, sched.round_records.data(),
+                                                    sizeof(RoundRecord), round_record_bytes(mine));
+  } else {
+    // Recursive doubling: this node's record, and room for a peer's.
+    sched.round_records.assign(2 * sizeof(RoundRecord), 0);
+    uint8_t* record = sched.round_records.data();
+    uint8_t* incoming = record + sizeof(RoundRecord);
+    std::memcpy(record, &mine, sizeof(mine));
+    RecordCombineSpec spec;
+    spec.record = record;
+    spec.incoming = incoming;
+    spec.capacity = sizeof(RoundRecord);
+    spec.send_bytes = round_record_bytes(mine);
+    spec.combine = [record, incoming, nodes, eager_combine = sched.round_eager,
+                    comm_id = comm.id()](uint32_t first, uint32_t count) {
+      return combine_received(record, incoming, nodes, first, count, eager_combine, comm_id);
+    };
+    sched.round = engine_.transport_.start_combine(lay.node_comm, std::move(spec));
+  }
   sched.last_round_ns = ipc::monotonic_ns();
   ++sched.rounds;
   sched.round_on_network = engine_.in_flight_.acquire();
 }
 
+// The round's records combined into `out`; empty, or why the communicator fails.
+std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) {
+  CommSchedule& sched = comm.schedule;
+  const CommLayout& lay = comm.layout();
+  const uint32_t nodes = lay.node_count;
+  if (sched.round_combined) {
+    std::memcpy(&out, sched.round_records.data(), sizeof(RoundRecord));
+    sched.ready_by_node.clear();  // only the nodes' AND travelled
+    std::string problem = round_record_problem(out, nodes);
+    if (problem.empty() && out.malformed_node != kNoNode) {
+      problem = fmt::format(
+          "the record of node {} arrived malformed at a peer (that daemon's log names the "
+          "problem)",
+          out.malformed_node);
+    }
+    if (problem.empty() && (out.nodes != nodes || out.lead_node != 0)) {
+      problem = fmt::format("it covers {} node(s) led by node {}, expected all {}", out.nodes,
+                            out.lead_node, nodes);
+    }
+    return problem.empty() ? problem
+                           : fmt::format(
+                                 "scheduling round on comm {}: the combined record is "
+                                 "malformed: {}",
+                                 comm.id(), problem);
+  }
+  std::vector<RoundRecord> records(nodes);
+  std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * nodes);
+  for (uint32_t n = 0; n < nodes; ++n) {
+    std::string problem = round_record_problem(records[n], nodes);
+    if (problem.empty() && (records[n].nodes != 1 || records[n].lead_node != n)) {
+      problem = fmt::format("it covers {} node(s) led by node {}", records[n].nodes,
+                            records[n].lead_node);
+    }
+    if (!problem.empty()) {
+      return fmt::format("scheduling round on comm {}: node {}'s record is malformed: {}",
+                         comm.id(), n, problem);
+    }
+  }
+  sched.ready_by_node.assign(nodes, {});
+  for (uint32_t n = 0; n < nodes; ++n) {
+    for (size_t i = 0; i < kWindow; ++i) {
+      if (((records[n].ready[i / 64] >> (i % 64)) & 1u) != 0) {
+        sched.ready_by_node[n].insert(sched.floor + i);
+      }
+    }
+  }
+  // In node order, as every node does.
+  out = records[0];
+  auto next = std::make_unique<RoundRecord>();
+  for (uint32_t n = 1; n < nodes; ++n) {
+    merge_round_records(out, records[n], *next, sched.round_eager);
+    std::memcpy(&out, next.get(), sizeof(RoundRecord));
+  }
+  return {};
+}
+
 void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
-  std::vector<RoundRecord> records(lay.node_count);
-  std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * lay.node_count);
-  for (size_t n = 0; n < records.size(); ++n) {
-    if (std::string problem = round_record_problem(records[n]); !problem.empty()) {
-      comm.poison(Status::kInternal,
-                  fmt::format("scheduling round on comm {}: node {}'s record is malformed: {}",
-                              comm.id(), n, problem));
-      return;
-    }
+  auto combined = std::make_unique<RoundRecord>();
+  if (std::string problem = round_result(comm, *combined); !problem.empty()) {
+    // With recursive doubling not every node may know: the others are told.
+    engine_.notices_.push_back({job.world_rank_of(lay.members[0]), Status::kInternal, problem});
+    comm.poison(Status::kInternal, problem);
+    return;
   }
-  for (const RoundRecord& r : records) {
-    if (r.floor != sched.floor) {
-      comm.poison(Status::kInternal,
-                  fmt::format("scheduling on comm {} diverged between nodes: this node is at "
-                              "seq {}, another at seq {}",
-                              comm.id(), sched.floor, r.floor));
-      return;
-    }
+  const RoundRecord& all = *combined;
+  if (all.floor_low != sched.floor || all.floor_high != sched.floor) {
+    comm.poison(Status::kInternal,
+                fmt::format("scheduling on comm {} diverged between nodes: this node is at "
+                            "seq {}, the nodes between seq {} and {}",
+                            comm.id(), sched.floor, all.floor_low, all.floor_high));
+    return;
   }
-  // What every node announced, kept until the floor passes it.
+  sched.gather_nodes = std::max<uint32_t>(all.gather_nodes, 1);
+  // What the nodes announced, combined with earlier rounds' until the floor passes it.
   sched.announced.erase(sched.announced.begin(), sched.announced.lower_bound(sched.floor));
   std::set<uint64_t> announced_now;
-  for (size_t n = 0; n < records.size(); ++n) {
-    const RoundRecord& r = records[n];
-    for (uint32_t k = 0; k < r.announced; ++k) {
-      const OpSummary summary = announcement(r, k);
-      auto& by_node = sched.announced[summary.seq];
-      by_node.resize(records.size());
-      by_node[n] = summary;
-      announced_now.insert(summary.seq);
+  for (uint32_t k = 0; k < all.announced; ++k) {
+    const Announcement a = announcement(all, k);
+    const uint64_t seq = a.low.seq;
+    auto [found, fresh] = sched.announced.try_emplace(seq, a);
+    if (!fresh) found->second = merge_announcements(found->second, a);
+    if (found->second.nodes > lay.node_count) {
+      comm.poison(Status::kInternal,
+                  fmt::format("scheduling on comm {}: seq {} announced by {} nodes, of {}",
+                              comm.id(), seq, found->second.nodes, lay.node_count));
+      return;
     }
+    announced_now.insert(seq);
   }
+  // This node's announcements that the combined record had no room for go out again.
+  for (const uint64_t seq : sched.announced_in_round) {
+    if (announced_now.count(seq) != 0) continue;
+    if (auto op = comm.ops().find(seq); op != comm.ops().end()) op->second.announced = false;
+  }
+  sched.announced_in_round.clear();
   // A sequence number whose last announcement arrived in this round is compared at once,
   // ready or not (a split or free is never ready), so a mismatch fails everywhere before any
   // node acts on it. Earlier ones were compared in the round that completed them.
   for (const uint64_t seq : announced_now) {
-    if (!agreed_everywhere(sched, seq, records.size())) continue;
+    if (!agreed_everywhere(sched, seq, lay.node_count)) continue;
     if (std::string disagreement =
             cross_node_disagreement(comm.id(), seq, sched.announced[seq], lay, local_op(comm, seq));
         !disagreement.empty()) {
@@ -286,38 +426,25 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
       return;
     }
   }
-  sched.ready_by_node.assign(records.size(), {});
-  for (size_t n = 0; n < records.size(); ++n) {
-    for (size_t i = 0; i < kWindow; ++i) {
-      if (((records[n].ready[i / 64] >> (i % 64)) & 1u) != 0) {
-        sched.ready_by_node[n].insert(sched.floor + i);
-      }
-    }
-  }
-  const RoundRecord& lead = records[0];
   engine_.set_algorithm_in_effect(
-      with_agreed_algorithm(engine_.algorithm_in_effect(), lead.algorithm));
-  const auto policy = static_cast<proto::PriorityPolicy>(lead.policy);
-  const size_t chunk = std::max<uint64_t>(lead.chunk_bytes, 1);
-  // Ready on every node.
+      with_agreed_algorithm(engine_.algorithm_in_effect(), all.algorithm));
+  const auto policy = static_cast<proto::PriorityPolicy>(all.policy);
+  const size_t chunk = std::max<uint64_t>(all.chunk_bytes, 1);
+  // Ready on every node, and announced by every node (an announcement a combined record had no
+  // room for is made again in a later round).
   std::vector<uint64_t> eligible;
   for (size_t i = 0; i < kWindow; ++i) {
-    bool all = true;
-    for (const RoundRecord& r : records) all = all && ((r.ready[i / 64] >> (i % 64)) & 1u) != 0;
-    if (all) eligible.push_back(i);
+    if (((all.ready[i / 64] >> (i % 64)) & 1u) != 0 &&
+        agreed_everywhere(sched, sched.floor + i, lay.node_count)) {
+      eligible.push_back(i);
+    }
   }
   // Nothing moves until every node's ranks are known to have posted the same operation.
   for (const uint64_t i : eligible) {
-    const auto announced = sched.announced.find(sched.floor + i);
-    const std::string disagreement =
-        announced == sched.announced.end()
-            ? fmt::format(
-                  "scheduling on comm {}: seq {} is ready on every node but was not "
-                  "announced by all",
-                  comm.id(), sched.floor + i)
-            : cross_node_disagreement(comm.id(), sched.floor + i, announced->second, lay,
-                                      local_op(comm, sched.floor + i));
-    if (!disagreement.empty()) {
+    if (const std::string disagreement =
+            cross_node_disagreement(comm.id(), sched.floor + i, sched.announced[sched.floor + i],
+                                    lay, local_op(comm, sched.floor + i));
+        !disagreement.empty()) {
       comm.poison(Status::kMismatch, disagreement);
       return;
     }
@@ -343,18 +470,16 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   std::vector<uint64_t> eager_seqs;
   std::erase_if(eligible, [&](uint64_t i) {
     const uint64_t seq = sched.floor + i;
-    std::vector<const EagerEntry*> entries;
-    for (const RoundRecord& r : records) {
-      entries.push_back(find_eager(r, seq));
-      if (entries.back() == nullptr) return false;
-    }
+    // Combined records keep only the parts that every node carried.
+    const EagerEntry* entry = find_eager(all, seq);
+    if (entry == nullptr) return false;
     eager_seqs.push_back(seq);
-    complete_eager(job, comm, seq, records, entries);
+    complete_eager(job, comm, seq, all.tail + entry->offset, entry->bytes);
     return true;
   });
   if (comm.poisoned()) return;
   const auto priority_of = [&](uint64_t i) {
-    return sched.announced[sched.floor + i][0]->priority;
+    return sched.announced[sched.floor + i].lead_priority;  // node 0's
   };
   if (policy == proto::PriorityPolicy::kDirect) {
     std::stable_sort(eligible.begin(), eligible.end(),
@@ -365,8 +490,7 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   // Hand out what every node has room for (at least one chunk), in policy order and in
   // units of at most a chunk. Small allreduces join a fused transfer with the same wire
   // format (placed where its first member falls in the order).
-  uint64_t room = UINT64_MAX;
-  for (const RoundRecord& r : records) room = std::min(room, r.room);
+  const uint64_t room = all.room;
   size_t budget = std::max<size_t>(room, chunk);
   std::vector<ScheduledUnit> plan;
   using FuseKey = std::tuple<proto::DType, proto::RedOp, proto::Compression>;
@@ -393,8 +517,8 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
     const size_t remaining = (count - op.scheduled_elems) * wire.elem;
     // A fused transfer is at most a chunk too, so that the next round can start while the
     // window still holds transfers (and a later high-priority operation waits behind one).
-    const size_t fused_limit = std::min<size_t>(lead.fusion_threshold, chunk);
-    const bool fusable = lead.fusion != 0 && op.scheduled_elems == 0 && remaining <= fused_limit;
+    const size_t fused_limit = std::min<size_t>(all.fusion_threshold, chunk);
+    const bool fusable = all.fusion != 0 && op.scheduled_elems == 0 && remaining <= fused_limit;
     if (fusable) {
       const FuseKey key{wire.dtype, wire.op, wire.compression};
       auto open = open_fusion.find(key);
@@ -457,30 +581,25 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
 }
 
 void NegotiatedOrder::complete_eager(Job& job, Communicator& comm, uint64_t seq,
-                                     const std::vector<RoundRecord>& records,
-                                     const std::vector<const EagerEntry*>& entries) {
+                                     const uint8_t* combined, uint32_t bytes) {
   Operation* agreed = agreed_op(comm, seq);
   if (agreed == nullptr) return;
   Operation& op = *agreed;
-  const size_t expected = eager_allreduce_bytes(comm.layout(), op, kEagerBytes);
-  std::vector<const uint8_t*> parts;
-  for (size_t n = 0; n < records.size(); ++n) {
-    const size_t bytes = entries[n]->bytes;
-    parts.push_back(records[n].tail + entries[n]->offset);
-    if (bytes != expected) {
-      comm.poison(Status::kInternal,
-                  fmt::format("scheduling on comm {}: node {} carried {} bytes of seq {} in its "
-                              "round record, expected {}",
-                              comm.id(), n, bytes, seq, expected));
-      return;
-    }
+  // Parts of another size than this node's are never combined (merge_round_records).
+  if (const size_t expected = eager_allreduce_bytes(comm.layout(), op, kEagerBytes);
+      bytes != expected) {
+    comm.poison(Status::kInternal,
+                fmt::format("scheduling on comm {}: the nodes carried {} bytes of seq {} in their "
+                            "round records, expected {}",
+                            comm.id(), bytes, seq, expected));
+    return;
   }
   op.scheduled_elems = op.first().count;
   if (op.phase == Operation::Phase::kDone) return;  // failed here meanwhile: nothing to deliver
   op.phase = Operation::Phase::kInterNode;
   op.finished_elems = op.first().count;
   CollectiveContext ctx{job, comm, engine_.staging_, engine_.transport_};
-  eager_allreduce_deliver(ctx, op, parts);
+  eager_allreduce_deliver(ctx, op, combined);
   if (engine_.observer_ != nullptr) engine_.observer_->eager_completed();
   engine_.finish(job, comm, op);
 }

@@ -92,6 +92,26 @@ std::string ranks_of_node(const CommLayout& layout, size_t node) {
   return fmt::format("{} {}", layout.node_sizes[node] == 1 ? "rank" : "ranks", text);
 }
 
+// "node 1 (ranks 2,3)".
+std::string node_label(const CommLayout& layout, size_t node) {
+  if (node >= layout.node_count) return fmt::format("node {}", node);
+  return fmt::format("node {} ({})", node, ranks_of_node(layout, node));
+}
+
+// The count digests' verdict, with this node's totals when it holds every member's counts.
+std::string count_disagreement(proto::Collective collective, uint32_t comm_id, uint64_t seq,
+                               const std::vector<CountDigest>& digests,
+                               const std::vector<std::string>& labels, const CommLayout& layout,
+                               const Operation* here) {
+  const bool mine_known = here != nullptr && here->seq == seq && !here->slots.empty() &&
+                          std::all_of(here->slots.begin(), here->slots.end(),
+                                      [](const auto& slot) { return slot.has_value(); });
+  const CountDigest mine = mine_known ? node_digest(*here, layout) : CountDigest{};
+  return cross_node_count_disagreement(collective, comm_id, seq, digests, labels,
+                                       node_label(layout, layout.node_index),
+                                       mine_known ? &mine : nullptr);
+}
+
 }  // namespace
 
 std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
@@ -103,18 +123,13 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
     const auto collective = static_cast<proto::Collective>(by_node[0]->collective);
     if (proto::aux_entries(collective, layout.size) == 0) return {};
     std::vector<CountDigest> digests;
-    std::vector<std::string> ranks;
+    std::vector<std::string> labels;
     for (size_t n = 0; n < by_node.size(); ++n) {
       const OpSummary& s = *by_node[n];
       digests.push_back(CountDigest{{s.counts_digest[0], s.counts_digest[1]}, 0, 0});
-      ranks.push_back(ranks_of_node(layout, n));
+      labels.push_back(node_label(layout, n));
     }
-    const bool mine_known = here != nullptr && here->seq == seq && !here->slots.empty() &&
-                            std::all_of(here->slots.begin(), here->slots.end(),
-                                        [](const auto& slot) { return slot.has_value(); });
-    const CountDigest mine = mine_known ? node_digest(*here, layout) : CountDigest{};
-    return cross_node_count_disagreement(collective, comm_id, seq, digests, ranks,
-                                         layout.node_index, mine_known ? &mine : nullptr);
+    return count_disagreement(collective, comm_id, seq, digests, labels, layout, here);
   }
   std::string text =
       fmt::format("mismatched collectives on comm {} seq {} between nodes:", comm_id, seq);
@@ -124,6 +139,44 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
   }
   text.pop_back();
   return text;
+}
+
+std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq, const Announcement& a,
+                                    const CommLayout& layout, const Operation* here) {
+  const auto collective = static_cast<proto::Collective>(a.low.collective);
+  if (!same_operation(a.low, a.high)) {
+    // The least and the greatest submission by their fields: two nodes that differ.
+    return fmt::format(
+        "mismatched collectives on comm {} seq {} between nodes: {} posted {}; {} posted {} (of "
+        "{} nodes)",
+        comm_id, seq, node_label(layout, a.low_node), describe(a.low),
+        node_label(layout, a.high_node), describe(a.high), a.nodes);
+  }
+  if (collective == proto::Collective::kAllgatherv) {
+    const std::vector<CountDigest> digests = {
+        CountDigest{{a.low.counts_digest[0], a.low.counts_digest[1]}, 0, 0},
+        CountDigest{{a.high.counts_digest[0], a.high.counts_digest[1]}, 0, 0}};
+    return count_disagreement(collective, comm_id, seq, digests,
+                              {node_label(layout, a.low_node), node_label(layout, a.high_node)},
+                              layout, here);
+  }
+  if (collective == proto::Collective::kAlltoallv) {
+    // Summed on the way: one digest for all the nodes.
+    return count_disagreement(collective, comm_id, seq,
+                              {CountDigest{{a.counts_sum[0], a.counts_sum[1]}, 0, 0}},
+                              {fmt::format("the communicator's {} nodes", a.nodes)}, layout, here);
+  }
+  return {};
+}
+
+std::string cross_node_refusal(uint32_t comm_id, uint64_t seq, const Announcement& a,
+                               const CommLayout& layout) {
+  if (a.refused == 0) return {};
+  return fmt::format(
+      "{} seq {} on comm {} not run, out of staging memory: {}{} cannot stage it (that daemon's "
+      "log names the bytes and the cap; limits --max-staging, --max-staging-per-job)",
+      describe(a.low), seq, comm_id, node_label(layout, a.refused_node),
+      a.refused > 1 ? fmt::format(" and {} other node(s)", a.refused - 1) : std::string());
 }
 
 std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,

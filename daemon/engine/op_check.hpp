@@ -18,8 +18,6 @@ namespace nodecomm::daemon {
 struct CommLayout;
 struct Operation;
 
-
-
 OpSummary summarize(uint64_t seq, const proto::OpDescriptor& desc);
 // With the count digest of the node's members and, if this node refused the operation's
 // staging (Operation::staging_refused), that refusal.
@@ -38,6 +36,14 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq,
 // The operation fails alike on every node without moving data; the communicator stays usable.
 std::string cross_node_refusal(uint32_t comm_id, uint64_t seq,
                                const std::vector<std::optional<OpSummary>>& by_node,
+                               const CommLayout& layout);
+
+// The same two for the scheduler's rounds, from every node's announcements combined
+// (round_record.hpp): a disagreement names the two nodes whose submissions differ most, a
+// refusal the lowest node that cannot stage it and how many others.
+std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq, const Announcement& a,
+                                    const CommLayout& layout, const Operation* here = nullptr);
+std::string cross_node_refusal(uint32_t comm_id, uint64_t seq, const Announcement& a,
                                const CommLayout& layout);
 
 }  // namespace nodecomm::daemon

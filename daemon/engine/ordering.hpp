@@ -74,12 +74,12 @@ class NegotiatedOrder final : public OrderingPolicy {
  private:
   size_t poll_units(Job& job, Communicator& comm);
   void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
+  std::string round_result(Communicator& comm, RoundRecord& out);
   void apply_round(Job& job, Communicator& comm);
-  // seq, which every node carried in this round's records (entries[n] in records[n]), is
-  // combined and delivered here.
-  void complete_eager(Job& job, Communicator& comm, uint64_t seq,
-                      const std::vector<RoundRecord>& records,
-                      const std::vector<const EagerEntry*>& entries);
+  // seq, which every node carried in this round's records, reduced over them (`bytes` at
+  // `combined`), is delivered here.
+  void complete_eager(Job& job, Communicator& comm, uint64_t seq, const uint8_t* combined,
+                      uint32_t bytes);
   void start_unit(Job& job, Communicator& comm, ScheduledUnit unit);
   void unit_done(Job& job, Communicator& comm, ScheduledUnit& unit);
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,

@@ -3,9 +3,10 @@
 //
 // Every daemon must start inter-node operations in the same order. With priorities or
 // fusion, which operations go next depends on which are ready on every node, so the daemons
-// agree on it in rounds: each round is a small allgather of what each node has ready (a
-// bitmap over a window of sequence numbers, with priorities), after which every daemon
-// computes the same schedule from the same records. A round hands out at most chunk_bytes;
+// agree on it in rounds: in each round every node's record of what it has ready (a bitmap
+// over a window of sequence numbers, with priorities) is combined into one (round_record.hpp),
+// all-to-all on a few nodes and by recursive doubling on many, after which every daemon
+// computes the same schedule from the same combined record. A round hands out at most chunk_bytes;
 // large allreduces go out chunk by chunk, so a higher-priority operation that becomes ready
 // overtakes at the next round. Small allreduces with the same dtype, op and compression are
 // packed into one fused transfer.
@@ -23,6 +24,7 @@
 #include "config/tuning.hpp"
 #include "engine/in_flight.hpp"
 #include "engine/staging.hpp"
+#include "engine/round_record.hpp"
 #include "engine/wire_formats.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -65,16 +67,27 @@ struct CommSchedule {
   InFlightCounter bytes_in_flight;
   TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
+  // The round's records: every node's (all-to-all), or this node's and a peer's (combined).
   std::vector<uint8_t> round_records;
+  bool round_combined = false;  // the round in flight travels by recursive doubling
+  // --sched-gather-nodes in effect: node 0's, from its last round record on.
+  uint32_t gather_nodes = kDefaultGatherNodes;
+  // What this node announced in the round in flight: an announcement the combined record
+  // dropped (kAnnouncePerRound) is made again.
+  std::vector<uint64_t> announced_in_round;
+  // Reduces the eager parts this node carries in the round in flight, as records combine.
+  EagerCombine round_eager;
   uint64_t last_round_ns = 0;  // when the round in flight (or the last one) started
   uint64_t rounds = 0;
   // How long a round takes from start to plan, smoothed: the bytes the window drains meanwhile
   // are handed out by the round itself, so the wire never waits for a plan.
   double round_ns = 0;
-  // What each node's ranks posted for the sequence numbers announced in rounds, by seq and
-  // node: compared before an operation is handed out (op_check.hpp).
-  std::map<uint64_t, std::vector<std::optional<OpSummary>>> announced;
-  // Sequence numbers each node had ready at the last round, for stall reports.
+  // What the nodes' ranks posted for the sequence numbers announced in rounds, combined over
+  // the rounds' records by seq: compared once every node's is in, before an operation is
+  // handed out (op_check.hpp).
+  std::map<uint64_t, Announcement> announced;
+  // Sequence numbers each node had ready at the last round, for stall reports; empty when
+  // the round's records were combined on the way (only the nodes' AND is known then).
   std::vector<std::set<uint64_t>> ready_by_node;
   // Rate at which scheduled bytes complete while units are in flight (bytes per second).
   double rate = 0;

@@ -30,48 +30,4 @@ AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorit
   return local;
 }
 
-size_t round_record_bytes(const RoundRecord& r) {
-  size_t end = std::min<size_t>(r.announced, kAnnouncePerRound) * sizeof(OpSummary);
-  for (uint32_t k = 0; k < std::min<uint32_t>(r.eager, kEagerOps); ++k) {
-    end = std::max<size_t>(end, size_t{r.eager_ops[k].offset} + r.eager_ops[k].bytes);
-  }
-  return offsetof(RoundRecord, tail) + std::min(end, sizeof(r.tail));
-}
-
-OpSummary announcement(const RoundRecord& r, size_t k) {
-  OpSummary summary;
-  std::memcpy(&summary, r.tail + k * sizeof(OpSummary), sizeof(summary));
-  return summary;
-}
-
-void add_announcement(RoundRecord& r, const OpSummary& summary) {
-  std::memcpy(r.tail + size_t{r.announced} * sizeof(OpSummary), &summary, sizeof(summary));
-  ++r.announced;
-}
-
-std::string round_record_problem(const RoundRecord& r) {
-  if (r.announced > kAnnouncePerRound) {
-    return fmt::format("{} announcements, at most {}", r.announced, kAnnouncePerRound);
-  }
-  if (r.eager > kEagerOps)
-    return fmt::format("{} eager operations, at most {}", r.eager, kEagerOps);
-  const size_t data = size_t{r.announced} * sizeof(OpSummary);
-  for (uint32_t k = 0; k < r.eager; ++k) {
-    const EagerEntry& e = r.eager_ops[k];
-    if (e.offset < data || e.offset % 8 != 0 || e.bytes > kEagerBytes ||
-        size_t{e.offset} + e.bytes > sizeof(r.tail)) {
-      return fmt::format("eager seq {}: {} bytes at offset {}, past the record's data area", e.seq,
-                         e.bytes, e.offset);
-    }
-  }
-  return {};
-}
-
-const EagerEntry* find_eager(const RoundRecord& r, uint64_t seq) {
-  for (uint32_t k = 0; k < std::min<uint32_t>(r.eager, kEagerOps); ++k) {
-    if (r.eager_ops[k].seq == seq) return &r.eager_ops[k];
-  }
-  return nullptr;
-}
-
 }  // namespace nodecomm::daemon

@@ -58,7 +58,7 @@ AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorit
 // may hold the floor while a whole step's tensors (ResNet-50 has 161) queue behind it.
 inline constexpr size_t kWindow = 1024;
 
-// Operations one round can announce per node; the rest wait for the next round.
+// Operations one round record can announce; the rest wait for the next round.
 inline constexpr size_t kAnnouncePerRound = 64;
 
 // Small allreduces travel inside the round (issue 18 point 3): each node adds its reduced
@@ -68,44 +68,67 @@ inline constexpr size_t kAnnouncePerRound = 64;
 inline constexpr size_t kEagerOps = 16;
 inline constexpr size_t kEagerBytes = kMaxEagerBytes;
 
+// No node (RoundRecord::malformed_node, Announcement::refused_node).
+inline constexpr uint32_t kNoNode = UINT32_MAX;
+
 struct EagerEntry {
   uint64_t seq;
   uint32_t offset;  // in RoundRecord::tail, past the announcements; a multiple of 8
-  uint32_t bytes;   // the node's part, in the wire type
+  uint32_t bytes;   // the part, in the wire type
 };
 static_assert(sizeof(EagerEntry) == 16);
 
-// What one daemon tells the others each round. Only node 0's tuning fields are used, so the
-// daemons agree even if their jobs' environments differ. An operation is marked ready only
-// once it has been announced (now or in an earlier round) with what this node's ranks
-// submitted, so before any of its data moves every daemon can check that all nodes posted the
-// same collective, dtype, op, count and root. Node 0's announced priority orders the plan.
-// Only the used part is sent (round_record_bytes): a round that announces one operation
-// and carries 8 bytes of it is about 550 bytes on the wire, not the whole record.
+// One operation's announcements by the nodes a record covers, combined (round_record.hpp):
+// the least and the greatest of their summaries by the fields every rank must pass alike, so
+// that they agree when the two are the same, and a disagreement names two nodes that differ.
+struct Announcement {
+  OpSummary low;
+  OpSummary high;
+  // alltoallv: the nodes' count digests summed (zero over all nodes when every pair agrees).
+  uint64_t counts_sum[2];
+  uint32_t low_node;
+  uint32_t high_node;
+  uint32_t nodes;      // nodes whose announcement this holds
+  uint32_t lead_node;  // the lowest of them: its priority orders the plan
+  int32_t lead_priority;
+  uint32_t refused;       // nodes that cannot stage it
+  uint32_t refused_node;  // the lowest of them, kNoNode if none
+  uint32_t reserved;
+};
+static_assert(sizeof(Announcement) == 144 && std::is_trivially_copyable_v<Announcement>);
+
+// What the daemons of a communicator tell each other each round, as one record per node
+// combined over any set of nodes (round_record.hpp): ready bitmaps ANDed, rooms taken at their
+// least, announcements merged per operation, eager parts reduced, and the tuning of the
+// lowest node. Every daemon ends a round with the record of all nodes, however the records
+// travelled: all-to-all (each combines the N records in node order) or by recursive doubling
+// (log2 N steps), so the agreement scales to thousands of nodes.
+// An operation is marked ready only once it has been announced (now or in an earlier round)
+// with what this node's ranks submitted, so before any of its data moves every daemon can
+// check that all nodes posted the same collective, dtype, op, count and root. Node 0's
+// announced priority orders the plan. Only the used part is sent (round_record_bytes): a round
+// that announces one operation and carries 8 bytes of it is about 800 bytes on the wire.
 struct RoundRecord {
-  uint64_t floor;
-  uint64_t ready[kWindow / 64];
+  uint32_t nodes;           // nodes this record combines (1 as a node sends its own)
+  uint32_t lead_node;       // the lowest of them: the tuning fields below are its
+  uint32_t malformed_node;  // kNoNode, or the lowest node whose record arrived malformed
+  uint32_t gather_nodes;    // lead's --sched-gather-nodes: how the next round travels
+  uint64_t floor_low;       // least and greatest floor of the nodes: equal unless diverged
+  uint64_t floor_high;
+  uint64_t ready[kWindow / 64];  // ready on every node covered
   uint32_t policy;
   uint32_t fusion;
   uint64_t fusion_threshold;
   uint64_t chunk_bytes;
-  uint64_t room;  // window bytes this node has free: the round hands out the least of these
+  uint64_t room;  // window bytes free, the least over the nodes: the round hands out that much
   uint32_t announced;
-  uint32_t eager;             // entries of eager_ops in use
+  uint32_t eager;             // entries of eager_ops in use, by seq
   AgreedAlgorithm algorithm;  // inter-node algorithm settings; node 0's apply (see AgreedAlgorithm)
   EagerEntry eager_ops[kEagerOps];
-  // `announced` OpSummary records, then the eager parts at their offsets.
-  alignas(8) uint8_t tail[kAnnouncePerRound * sizeof(OpSummary) + kEagerBytes];
+  // `announced` Announcements by seq, then the eager parts at their offsets.
+  alignas(8) uint8_t tail[kAnnouncePerRound * sizeof(Announcement) + kEagerBytes];
 };
 static_assert(std::is_trivially_copyable_v<RoundRecord>);
 static_assert(offsetof(RoundRecord, tail) % 8 == 0 && sizeof(RoundRecord) % 8 == 0);
-
-// Bytes of `r` that carry something: what is sent.
-size_t round_record_bytes(const RoundRecord& r);
-OpSummary announcement(const RoundRecord& r, size_t k);
-void add_announcement(RoundRecord& r, const OpSummary& summary);
-// Empty when `r`, as received from another node, is well formed; otherwise what is wrong.
-std::string round_record_problem(const RoundRecord& r);
-const EagerEntry* find_eager(const RoundRecord& r, uint64_t seq);
 
 }  // namespace nodecomm::daemon

@@ -264,6 +264,12 @@ void define_settings(CLI::App& app, Vars& v) {
                  "complete with it, without a transfer of their own; 0: never")
       ->check(CLI::Range(size_t{0}, kMaxEagerBytes))
       ->capture_default_str();
+  app.add_option("--sched-gather-nodes", c.sched.gather_nodes,
+                 "Communicators over at most this many nodes exchange scheduling records "
+                 "all-to-all (one step); larger ones combine them by recursive doubling (log2 N "
+                 "steps); node 0's setting applies to the job")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
 }
 
 void define_meta(CLI::App& app, Meta& m) {

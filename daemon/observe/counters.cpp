@@ -309,6 +309,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
     bytes("sched-window", s.window_bytes);
   num("sched-target-us", s.target_delay_us);
   num("sched-eager-bytes", s.eager_bytes);
+  num("sched-gather-nodes", s.gather_nodes);
   // What the transport runs with now. In a multi-node job node 0's values, agreed at every
   // scheduling round (admin.cpp), so they may differ from this daemon's own setting.
   text("agreed-allreduce-algorithm", algorithm_name(agreed.allreduce));

@@ -36,6 +36,8 @@ std::string ordering_name(Ordering o) {
       return "chunked";
     case Ordering::kSmallCalls:
       return "smallcalls";
+    case Ordering::kCombined:
+      return "combined";
     default:
       return "sequence";
   }
@@ -46,6 +48,8 @@ void apply(Ordering o, daemon::DaemonConfig& c) {
     c.sched.chunk_bytes = 16 * 1024;
     c.sched.fusion_threshold_bytes = 8 * 1024;
     c.sched.eager_bytes = 0;  // small allreduces fused or alone, not in the rounds
+  } else if (o == Ordering::kCombined) {
+    c.sched.gather_nodes = 1;
   } else if (o == Ordering::kSequence) {
     c.sched.policy = proto::PriorityPolicy::kNone;
     c.sched.fusion = false;

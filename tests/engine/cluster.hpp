@@ -47,8 +47,10 @@ inline void PrintTo(const Layout& layout, std::ostream* os) {
 // ranges, small ones fused), and sequence order (policy none, fusion off);
 // and the negotiated scheduler with the transport's per-call limit lowered to 1000 (bytes or
 // elements: NODECOMM_TEST_MPI_MAX_COUNT=1000's twin), so that every block beyond it goes as
-// chunked point-to-point messages, the way blocks beyond 2 GiB go for real.
-enum class Ordering { kNegotiated, kChunked, kSequence, kSmallCalls };
+// chunked point-to-point messages, the way blocks beyond 2 GiB go for real; and the negotiated
+// scheduler with its round records combined by recursive doubling on any node count
+// (--sched-gather-nodes 1; the first round of a communicator still goes all-to-all).
+enum class Ordering { kNegotiated, kChunked, kSequence, kSmallCalls, kCombined };
 std::string ordering_name(Ordering ordering);
 void apply(Ordering ordering, daemon::DaemonConfig& config);
 // The in-memory transport's largest single call under `ordering` (InMemoryOptions::max_count).

@@ -669,7 +669,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Layout{{2, 2}}, Layout{{3, 1, 2}},
                                          Layout{{1, 1, 1, 1, 1}}),
                        ::testing::Values(Ordering::kNegotiated, Ordering::kChunked,
-                                         Ordering::kSequence, Ordering::kSmallCalls)),
+                                         Ordering::kSequence, Ordering::kSmallCalls,
+                                         Ordering::kCombined)),
     param_name);
 
 // reduce_scatter, allgather(v), broadcast and reduce with each inter-node algorithm forced:

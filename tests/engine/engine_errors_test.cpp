@@ -179,7 +179,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, EngineErrorsTest,
                          ::testing::Combine(::testing::Values(Layout{{3}}, Layout{{1, 1}},
                                                               Layout{{2, 2}}, Layout{{1, 1, 1}}),
                                             ::testing::Values(Ordering::kNegotiated,
-                                                              Ordering::kSequence)),
+                                                              Ordering::kSequence,
+                                                              Ordering::kCombined)),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::get<0>(info.param).name() + "_" +
                                   ordering_name(std::get<1>(info.param));

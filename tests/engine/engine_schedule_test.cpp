@@ -55,6 +55,65 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest, ::testing::Values("ring", "r
 using SchedParam = std::tuple<proto::PriorityPolicy, bool>;
 class SchedulerTest : public ::testing::TestWithParam<SchedParam> {};
 
+// Three batches of 30 allreduces of mixed dtypes, ops, sizes and priorities, posted at once
+// and checked element by element.
+void mixed_batches(Rank& r) {
+  constexpr int kBatches = 3;
+  constexpr int kPerBatch = 30;
+  const nc_dtype_t dtypes[] = {NC_F32, NC_F64, NC_I32, NC_I64};
+  const nc_redop_t ops[] = {NC_SUM, NC_MIN, NC_MAX};
+  const size_t counts[] = {1, 7, 100, 1000, 4099, 20000};
+  for (int batch = 0; batch < kBatches; ++batch) {
+    // The same plan on every rank: one seed per batch.
+    std::mt19937 rng(static_cast<uint32_t>(batch) * 7919U + 1U);
+    struct Planned {
+      nc_dtype_t dtype;
+      nc_redop_t op;
+      size_t count;
+      bool in_place;
+      std::unique_ptr<Buf> send;
+      std::unique_ptr<Buf> recv;
+    };
+    std::vector<Planned> plan;
+    std::vector<nc_request_t> reqs;
+    for (int k = 0; k < kPerBatch; ++k) {
+      Planned p{dtypes[rng() % 4], ops[rng() % 3], counts[rng() % 6], rng() % 2 == 0, {}, {}};
+      const int priority = static_cast<int>(rng() % 10);
+      const size_t bytes = p.count * nc_dtype_size(p.dtype);
+      p.send = std::make_unique<Buf>(r.ctx, bytes, true);
+      p.recv = std::make_unique<Buf>(r.ctx, bytes, true);
+      const int seed = r.rank + k * 7 + batch * 1000;
+      with_dtype(p.dtype, [&]<class T>(T) { fill(p.send->as<T>(), p.count, seed, p.op); });
+      void* out = p.in_place ? p.send->as<void>() : p.recv->as<void>();
+      const nc_op_attr_t attr{priority, nullptr, NC_COMPRESS_NONE};
+      nc_request_t req = 0;
+      if (nc_allreduce(r.ctx, p.send->as<void>(), out, p.count, p.dtype, p.op, NC_COMM_WORLD, &attr,
+                       &req) != NC_OK) {
+        r.fail(fmt::format("batch {} op {}: posting: {}", batch, k, nc_last_error()));
+        return;
+      }
+      reqs.push_back(req);
+      plan.push_back(std::move(p));
+    }
+    if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
+      r.fail(fmt::format("batch {}: wait_all: {}", batch, nc_last_error()));
+      return;
+    }
+    for (int k = 0; k < kPerBatch; ++k) {
+      const Planned& p = plan[static_cast<size_t>(k)];
+      std::vector<int> seeds;
+      for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
+      with_dtype(p.dtype, [&]<class T>(T) {
+        const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
+        check(r,
+              fmt::format("batch {} op {}: allreduce {} {} count {}", batch, k, dt(p.dtype),
+                          op_name(p.op), p.count),
+              got, p.count, [&](size_t i) { return reduced<T>(r.size, i, p.op, seeds); });
+      });
+    }
+  }
+}
+
 TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
   // Plain variables, not a structured binding: the lambda below captures them (C++20, which
   // clang 14 does not implement).
@@ -66,62 +125,19 @@ TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
     c.sched.chunk_bytes = 16 * 1024;
     c.sched.fusion_threshold_bytes = 4 * 1024;
   });
-  std::vector<std::string> failures = cluster.run([](Rank& r) {
-    constexpr int kBatches = 3;
-    constexpr int kPerBatch = 30;
-    const nc_dtype_t dtypes[] = {NC_F32, NC_F64, NC_I32, NC_I64};
-    const nc_redop_t ops[] = {NC_SUM, NC_MIN, NC_MAX};
-    const size_t counts[] = {1, 7, 100, 1000, 4099, 20000};
-    for (int batch = 0; batch < kBatches; ++batch) {
-      // The same plan on every rank: one seed per batch.
-      std::mt19937 rng(static_cast<uint32_t>(batch) * 7919U + 1U);
-      struct Planned {
-        nc_dtype_t dtype;
-        nc_redop_t op;
-        size_t count;
-        bool in_place;
-        std::unique_ptr<Buf> send;
-        std::unique_ptr<Buf> recv;
-      };
-      std::vector<Planned> plan;
-      std::vector<nc_request_t> reqs;
-      for (int k = 0; k < kPerBatch; ++k) {
-        Planned p{dtypes[rng() % 4], ops[rng() % 3], counts[rng() % 6], rng() % 2 == 0, {}, {}};
-        const int priority = static_cast<int>(rng() % 10);
-        const size_t bytes = p.count * nc_dtype_size(p.dtype);
-        p.send = std::make_unique<Buf>(r.ctx, bytes, true);
-        p.recv = std::make_unique<Buf>(r.ctx, bytes, true);
-        const int seed = r.rank + k * 7 + batch * 1000;
-        with_dtype(p.dtype, [&]<class T>(T) { fill(p.send->as<T>(), p.count, seed, p.op); });
-        void* out = p.in_place ? p.send->as<void>() : p.recv->as<void>();
-        const nc_op_attr_t attr{priority, nullptr, NC_COMPRESS_NONE};
-        nc_request_t req = 0;
-        if (nc_allreduce(r.ctx, p.send->as<void>(), out, p.count, p.dtype, p.op, NC_COMM_WORLD,
-                         &attr, &req) != NC_OK) {
-          r.fail(fmt::format("batch {} op {}: posting: {}", batch, k, nc_last_error()));
-          return;
-        }
-        reqs.push_back(req);
-        plan.push_back(std::move(p));
-      }
-      if (nc_wait_all(r.ctx, reqs.size(), reqs.data(), nullptr) != NC_OK) {
-        r.fail(fmt::format("batch {}: wait_all: {}", batch, nc_last_error()));
-        return;
-      }
-      for (int k = 0; k < kPerBatch; ++k) {
-        const Planned& p = plan[static_cast<size_t>(k)];
-        std::vector<int> seeds;
-        for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
-        with_dtype(p.dtype, [&]<class T>(T) {
-          const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
-          check(r,
-                fmt::format("batch {} op {}: allreduce {} {} count {}", batch, k, dt(p.dtype),
-                            op_name(p.op), p.count),
-                got, p.count, [&](size_t i) { return reduced<T>(r.size, i, p.op, seeds); });
-        });
-      }
-    }
+  std::vector<std::string> failures = cluster.run(mixed_batches);
+  for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
+}
+
+// Issue 18 point 2: beyond --sched-gather-nodes the rounds' records are combined by recursive
+// doubling; six nodes (two beyond the largest power of two) with every round but the first so.
+TEST(SchedulerCombined, MixedBatchesOnSixNodes) {
+  Cluster cluster(Layout{{1, 2, 1, 1, 2, 1}}, [](daemon::DaemonConfig& c) {
+    c.sched.gather_nodes = 1;
+    c.sched.chunk_bytes = 16 * 1024;
+    c.sched.fusion_threshold_bytes = 4 * 1024;
   });
+  std::vector<std::string> failures = cluster.run(mixed_batches);
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
 }
 

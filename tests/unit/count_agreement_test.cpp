@@ -53,7 +53,8 @@ std::string between_nodes(const Alltoallv& a) {
       node_count_digest(Collective::kAlltoallv, 4, a.members({0, 1}), node0),
       node_count_digest(Collective::kAlltoallv, 4, a.members({2, 3}), node1)};
   return cross_node_count_disagreement(Collective::kAlltoallv, 7, 3, digests,
-                                       {"ranks 0,1", "ranks 2,3"}, 0, &digests[0]);
+                                       {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"},
+                                       "node 0 (ranks 0,1)", &digests[0]);
 }
 
 TEST(CountAgreement, AlltoallvOnOneNode) {
@@ -138,12 +139,14 @@ TEST(CountAgreement, AllgathervBetweenNodes) {
   };
   EXPECT_EQ(cross_node_count_disagreement(Collective::kAllgatherv, 0, 1,
                                           {digest(same, node0, 0), digest(same, node1, 2)},
-                                          {"ranks 0,1", "ranks 2,3"}, 0, nullptr),
+                                          {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"}, "",
+                                          nullptr),
             "");
   const CountDigest here = digest(other, node1, 2);
   EXPECT_EQ(
       cross_node_count_disagreement(Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), here},
-                                    {"ranks 0,1", "ranks 2,3"}, 1, &here),
+                                    {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"},
+                                    "node 1 (ranks 2,3)", &here),
       "mismatched allgatherv counts on comm 0 seq 1 between nodes: node 1 (ranks 2,3) "
       "passed recv_counts other than node 0 (ranks 0,1)'s; every rank must pass the same "
       "recv_counts, with recv_counts[r] equal to rank r's send count; here, node 1 (ranks "

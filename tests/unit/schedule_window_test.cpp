@@ -8,7 +8,6 @@
 #include <functional>
 
 #include "engine/schedule.hpp"
-#include "engine/wire_formats.hpp"
 
 namespace nodecomm::daemon {
 namespace {
@@ -73,51 +72,6 @@ TEST(ScheduleWindow, LookaheadIsWhatDrainsDuringARound) {
   EXPECT_EQ(sched.drained_during_round(), 1'000'000u);
   on_network.release();
   EXPECT_EQ(sched.drained_during_round(), 0u);
-}
-
-}  // namespace
-}  // namespace nodecomm::daemon
-
-namespace nodecomm::daemon {
-namespace {
-
-// A round record is sent only as far as it is used, and a received one is checked before any
-// of it is read (issue 18 point 3: small allreduces' data rides in it).
-TEST(RoundRecordFormat, SentAsFarAsUsed) {
-  RoundRecord r{};
-  EXPECT_EQ(round_record_bytes(r), offsetof(RoundRecord, tail));
-  OpSummary a{};
-  a.seq = 7;
-  add_announcement(r, a);
-  a.seq = 8;
-  add_announcement(r, a);
-  EXPECT_EQ(announcement(r, 1).seq, 8u);
-  EXPECT_EQ(round_record_bytes(r), offsetof(RoundRecord, tail) + 2 * sizeof(OpSummary));
-  r.eager_ops[r.eager++] = {8, 2 * sizeof(OpSummary), 4};
-  EXPECT_EQ(round_record_bytes(r), offsetof(RoundRecord, tail) + 2 * sizeof(OpSummary) + 4);
-  EXPECT_EQ(round_record_problem(r), "");
-  ASSERT_NE(find_eager(r, 8), nullptr);
-  EXPECT_EQ(find_eager(r, 8)->bytes, 4u);
-  EXPECT_EQ(find_eager(r, 7), nullptr);
-}
-
-TEST(RoundRecordFormat, MalformedRecordsAreNamed) {
-  const auto problem = [](const std::function<void(RoundRecord&)>& spoil) {
-    RoundRecord r{};
-    add_announcement(r, OpSummary{});
-    r.eager_ops[r.eager++] = {1, sizeof(OpSummary), 8};
-    spoil(r);
-    return round_record_problem(r);
-  };
-  EXPECT_EQ(problem([](RoundRecord&) {}), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.announced = kAnnouncePerRound + 1; }), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager = kEagerOps + 1; }), "");
-  // Data over the announcements, misaligned, too large, or past the record.
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager_ops[0].offset = 0; }), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager_ops[0].offset += 4; }), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager_ops[0].bytes = kEagerBytes + 8; }), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager_ops[0].offset = sizeof(r.tail); }), "");
-  EXPECT_NE(problem([](RoundRecord& r) { r.eager_ops[0].offset = UINT32_MAX - 3; }), "");
 }
 
 }  // namespace
