@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <tuple>
 
 #include "config/log.hpp"
@@ -342,13 +343,17 @@ std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) 
                                  "malformed: {}",
                                  comm.id(), problem);
   }
-  std::vector<RoundRecord> records(nodes);
-  std::memcpy(records.data(), sched.round_records.data(), sizeof(RoundRecord) * nodes);
+  // Read in place (the buffer holds N records end to end, each 8-byte aligned): copying
+  // N of them would cost every round more than combining them does.
+  const auto record = [&](uint32_t n) -> const RoundRecord& {
+    return *std::launder(
+        reinterpret_cast<const RoundRecord*>(sched.round_records.data() + n * sizeof(RoundRecord)));
+  };
   for (uint32_t n = 0; n < nodes; ++n) {
-    std::string problem = round_record_problem(records[n], nodes);
-    if (problem.empty() && (records[n].nodes != 1 || records[n].lead_node != n)) {
-      problem = fmt::format("it covers {} node(s) led by node {}", records[n].nodes,
-                            records[n].lead_node);
+    std::string problem = round_record_problem(record(n), nodes);
+    if (problem.empty() && (record(n).nodes != 1 || record(n).lead_node != n)) {
+      problem =
+          fmt::format("it covers {} node(s) led by node {}", record(n).nodes, record(n).lead_node);
     }
     if (!problem.empty()) {
       return fmt::format("scheduling round on comm {}: node {}'s record is malformed: {}",
@@ -358,17 +363,23 @@ std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) 
   sched.ready_by_node.assign(nodes, {});
   for (uint32_t n = 0; n < nodes; ++n) {
     for (size_t i = 0; i < kWindow; ++i) {
-      if (((records[n].ready[i / 64] >> (i % 64)) & 1u) != 0) {
+      if (((record(n).ready[i / 64] >> (i % 64)) & 1u) != 0) {
         sched.ready_by_node[n].insert(sched.floor + i);
       }
     }
   }
   // In node order, as every node does.
-  out = records[0];
-  auto next = std::make_unique<RoundRecord>();
+  if (nodes == 1) {
+    std::memcpy(&out, &record(0), sizeof(RoundRecord));
+    return {};
+  }
+  auto spare = std::make_unique<RoundRecord>();
+  const RoundRecord* acc = &record(0);
   for (uint32_t n = 1; n < nodes; ++n) {
-    merge_round_records(out, records[n], *next, sched.round_eager);
-    std::memcpy(&out, next.get(), sizeof(RoundRecord));
+    // The last merge lands in `out`; the others alternate between `out` and the spare.
+    RoundRecord& into = (nodes - 1 - n) % 2 == 0 ? out : *spare;
+    merge_round_records(*acc, record(n), into, sched.round_eager);
+    acc = &into;
   }
   return {};
 }
