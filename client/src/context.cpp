@@ -602,7 +602,12 @@ void Context::release_temporaries(const Request& r) {
 Result Context::drain_completions() {
   proto::Completion c;
   for (;;) {
-    const ipc::RingResult r = completions_.try_pop(c);
+    // The message only for an error: a success is its first cache line (completion_bytes).
+    const ipc::RingResult r = completions_.try_pop(
+        c, offsetof(proto::Completion, message), [](const proto::Completion& head) {
+          return head.status == 0 ? offsetof(proto::Completion, message)
+                                  : sizeof(proto::Completion);
+        });
     if (r == ipc::RingResult::kEmpty) return Result::ok();
     if (r == ipc::RingResult::kCorrupt) {
       return fail(NC_ERR_PROTOCOL, "completion ring position is impossible; segment corrupt");

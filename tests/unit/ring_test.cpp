@@ -73,6 +73,26 @@ TEST(Ring, WrapsAroundManyTimesInOrder) {
   EXPECT_GT(next_in, 8u * 100);  // positions went far past the capacity
 }
 
+// A completion-like entry published and read only as far as it is used: the first field
+// always, the second only when the first says so; the slot's unused bytes keep what they
+// held, and the consumer never copies them.
+TEST(Ring, PrefixPushAndPopCopyOnlyWhatIsUsed) {
+  Shared shared{};
+  RingProducer<Entry> producer(&shared.header, shared.slots, 8);
+  RingConsumer<Entry> consumer(&shared.header, shared.slots, 8);
+  const auto length = [](const Entry& head) { return head.seq % 2 == 0 ? sizeof(Entry) : 8; };
+  for (uint64_t i = 0; i < 40; ++i) {
+    ASSERT_EQ(producer.try_push(Entry{i, 100 + i}, i % 2 == 0 ? sizeof(Entry) : 8),
+              RingResult::kOk);
+    Entry out{0, 7};
+    ASSERT_EQ(consumer.try_pop(out, 8, length), RingResult::kOk);
+    EXPECT_EQ(out.seq, i);
+    EXPECT_EQ(out.check, i % 2 == 0 ? 100 + i : 7) << "entry " << i;
+    // Odd entries fall in odd slots, which only ever get their first field written.
+    if (i % 2 == 1) EXPECT_EQ(shared.slots[i % 8].check, 0u);
+  }
+}
+
 TEST(Ring, ReportsFullAtCapacity) {
   Shared s{};
   RingProducer<Entry> producer(&s.header, s.slots, 8);

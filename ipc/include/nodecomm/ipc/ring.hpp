@@ -39,14 +39,19 @@ class RingProducer {
   RingProducer(proto::RingHeader* header, T* slots, uint32_t capacity, uint64_t start = 0)
       : header_(header), slots_(slots), capacity_(capacity), tail_(start), cached_head_(start) {}
 
-  RingResult try_push(const T& entry) {
+  RingResult try_push(const T& entry) { return try_push(entry, sizeof(T)); }
+
+  // Writes only the first `bytes` (at most sizeof(T)) of `entry`; the rest of the slot keeps
+  // what it held. For entries whose tail is used rarely (a completion's error text): each
+  // cache line written is one the consumer must fetch.
+  RingResult try_push(const T& entry, size_t bytes) {
     if (tail_ - cached_head_ >= capacity_) {
       const uint64_t head = detail::load_acquire(header_->head.value);
       if (head > tail_ || tail_ - head > capacity_) return RingResult::kCorrupt;
       cached_head_ = head;
       if (tail_ - cached_head_ >= capacity_) return RingResult::kFull;
     }
-    std::memcpy(&slots_[tail_ & (capacity_ - 1)], &entry, sizeof(T));
+    std::memcpy(&slots_[tail_ & (capacity_ - 1)], &entry, bytes < sizeof(T) ? bytes : sizeof(T));
     detail::store_release(header_->tail.value, ++tail_);
     return RingResult::kOk;
   }
@@ -74,12 +79,26 @@ class RingConsumer {
   // Copies the next entry out of shared memory, so later writes by the producer cannot change
   // what the caller validates and uses.
   RingResult try_pop(T& out) {
+    return try_pop(out, sizeof(T), [](const T&) { return sizeof(T); });
+  }
+
+  // Copies the first `prefix` bytes of the next entry, then up to `length(out)` bytes (at most
+  // sizeof(T)) as what was copied says, before releasing the slot: the counterpart of a
+  // producer's partial try_push. Bytes of `out` beyond what was copied are left as they were.
+  template <class Length>
+  RingResult try_pop(T& out, size_t prefix, Length&& length) {
     if (head_ == cached_tail_) {
       const RingResult r = refresh();
       if (r != RingResult::kOk) return r;
       if (head_ == cached_tail_) return RingResult::kEmpty;
     }
-    std::memcpy(&out, &slots_[head_ & (capacity_ - 1)], sizeof(T));
+    const auto* slot = reinterpret_cast<const unsigned char*>(&slots_[head_ & (capacity_ - 1)]);
+    auto* into = reinterpret_cast<unsigned char*>(&out);
+    prefix = prefix < sizeof(T) ? prefix : sizeof(T);
+    std::memcpy(into, slot, prefix);
+    const size_t total = length(static_cast<const T&>(out));
+    if (total > prefix)
+      std::memcpy(into + prefix, slot + prefix, (total < sizeof(T) ? total : sizeof(T)) - prefix);
     detail::store_release(header_->head.value, ++head_);
     return RingResult::kOk;
   }
