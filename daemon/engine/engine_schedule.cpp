@@ -43,7 +43,9 @@ EagerCombine eager_combiner(std::vector<std::pair<uint64_t, EagerReduction>> kin
                                     uint32_t bytes) {
     for (const auto& [s, r] : kinds) {
       if (s != seq) continue;
-      accumulate(r.wire, r.op, into, other, bytes / proto::dtype_size(r.wire));
+      const size_t elem = proto::dtype_size(r.wire);
+      if (elem == 0) return false;
+      accumulate(r.wire, r.op, into, other, bytes / elem);
       return true;
     }
     return false;

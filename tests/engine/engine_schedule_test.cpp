@@ -102,6 +102,7 @@ void mixed_batches(Rank& r) {
     for (int k = 0; k < kPerBatch; ++k) {
       const Planned& p = plan[static_cast<size_t>(k)];
       std::vector<int> seeds;
+      seeds.reserve(static_cast<size_t>(r.size));
       for (int q = 0; q < r.size; ++q) seeds.push_back(q + k * 7 + batch * 1000);
       with_dtype(p.dtype, [&]<class T>(T) {
         const T* got = p.in_place ? p.send->as<T>() : p.recv->as<T>();
@@ -122,8 +123,8 @@ TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
   Cluster cluster(Layout{{3, 1, 2}}, [&](daemon::DaemonConfig& c) {
     c.sched.policy = policy;
     c.sched.fusion = fusion;
-    c.sched.chunk_bytes = 16 * 1024;
-    c.sched.fusion_threshold_bytes = 4 * 1024;
+    c.sched.chunk_bytes = size_t{16} * 1024;
+    c.sched.fusion_threshold_bytes = size_t{4} * 1024;
   });
   std::vector<std::string> failures = cluster.run(mixed_batches);
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];
@@ -134,8 +135,8 @@ TEST_P(SchedulerTest, MixedBatchesReorderedChunkedFused) {
 TEST(SchedulerCombined, MixedBatchesOnSixNodes) {
   Cluster cluster(Layout{{1, 2, 1, 1, 2, 1}}, [](daemon::DaemonConfig& c) {
     c.sched.gather_nodes = 1;
-    c.sched.chunk_bytes = 16 * 1024;
-    c.sched.fusion_threshold_bytes = 4 * 1024;
+    c.sched.chunk_bytes = size_t{16} * 1024;
+    c.sched.fusion_threshold_bytes = size_t{4} * 1024;
   });
   std::vector<std::string> failures = cluster.run(mixed_batches);
   for (size_t i = 0; i < failures.size() && i < 20; ++i) ADD_FAILURE() << failures[i];

@@ -50,7 +50,7 @@ RoundRecord own_record(uint32_t node) {
 // Appends an eager part of `values` (f32) after the announcements (all made already).
 void add_eager(RoundRecord& r, uint64_t seq, const std::vector<float>& values) {
   size_t at = size_t{r.announced} * sizeof(Announcement);
-  for (uint32_t k = 0; k < r.eager; ++k) at += (r.eager_ops[k].bytes + 7) / 8 * 8;
+  for (uint32_t k = 0; k < r.eager; ++k) at += (size_t{r.eager_ops[k].bytes} + 7) / 8 * 8;
   const auto bytes = static_cast<uint32_t>(values.size() * sizeof(float));
   std::memcpy(r.tail + at, values.data(), bytes);
   r.eager_ops[r.eager++] = {seq, static_cast<uint32_t>(at), bytes};
@@ -138,7 +138,7 @@ RoundRecord random_record(uint32_t node, std::mt19937& rng,
   r.chunk_bytes = 100 + node;  // the lead's wins
   for (uint64_t seq = 1; seq <= 40; ++seq) {
     OpSummary s = summary(seq, node == 2 && seq == 9 ? 5 : 4);
-    s.priority = static_cast<int32_t>(node * 100 + seq);
+    s.priority = static_cast<int32_t>(uint64_t{node} * 100 + seq);
     add_announcement(r, announce(s, node));
   }
   parts.assign(7, {});
