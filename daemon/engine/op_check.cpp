@@ -92,6 +92,10 @@ std::string ranks_of_node(const CommLayout& layout, size_t node) {
   return fmt::format("{} {}", layout.node_sizes[node] == 1 ? "rank" : "ranks", text);
 }
 
+// Communicators over at most this many nodes have them all named in an alltoallv count
+// disagreement (every node's counts take part in it).
+constexpr size_t kListedNodes = 16;
+
 // "node 1 (ranks 2,3)".
 std::string node_label(const CommLayout& layout, size_t node) {
   if (node >= layout.node_count) return fmt::format("node {}", node);
@@ -153,18 +157,30 @@ std::string cross_node_disagreement(uint32_t comm_id, uint64_t seq, const Announ
         node_label(layout, a.high_node), describe(a.high), a.nodes);
   }
   if (collective == proto::Collective::kAllgatherv) {
+    // Named against the lower node of the two (node 0 when it is one of them).
+    const bool low_first = a.low_node < a.high_node;
+    const OpSummary& first = low_first ? a.low : a.high;
+    const OpSummary& second = low_first ? a.high : a.low;
     const std::vector<CountDigest> digests = {
-        CountDigest{{a.low.counts_digest[0], a.low.counts_digest[1]}, 0, 0},
-        CountDigest{{a.high.counts_digest[0], a.high.counts_digest[1]}, 0, 0}};
+        CountDigest{{first.counts_digest[0], first.counts_digest[1]}, 0, 0},
+        CountDigest{{second.counts_digest[0], second.counts_digest[1]}, 0, 0}};
     return count_disagreement(collective, comm_id, seq, digests,
-                              {node_label(layout, a.low_node), node_label(layout, a.high_node)},
+                              {node_label(layout, std::min(a.low_node, a.high_node)),
+                               node_label(layout, std::max(a.low_node, a.high_node))},
                               layout, here);
   }
   if (collective == proto::Collective::kAlltoallv) {
-    // Summed on the way: one digest for all the nodes.
+    // Summed on the way: one digest stands for every node, which a few nodes list.
+    std::string nodes = fmt::format("the communicator's {} nodes", a.nodes);
+    if (layout.node_count <= kListedNodes) {
+      nodes.clear();
+      for (size_t n = 0; n < layout.node_count; ++n) {
+        nodes += (n == 0 ? "" : ", ") + node_label(layout, n);
+      }
+    }
     return count_disagreement(collective, comm_id, seq,
-                              {CountDigest{{a.counts_sum[0], a.counts_sum[1]}, 0, 0}},
-                              {fmt::format("the communicator's {} nodes", a.nodes)}, layout, here);
+                              {CountDigest{{a.counts_sum[0], a.counts_sum[1]}, 0, 0}}, {nodes},
+                              layout, here);
   }
   return {};
 }
