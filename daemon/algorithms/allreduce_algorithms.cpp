@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algorithms/algorithm_tally.hpp"
+#include "algorithms/recursive_doubling.hpp"
 #include "algorithms/slice_slots.hpp"
 #include "kernels/reduce.hpp"
 #include "kernels/wire_codec.hpp"
@@ -213,38 +214,19 @@ class RingAllreduce final : public AllreduceAlgorithm {
   bool compressed_ = false;
 };
 
-// Recursive doubling on the largest power of two p <= N. The first 2(N-p) nodes pair up
-// beforehand (even ones hand their buffer to the odd one and sit out) and the odd ones hand
-// the result back afterwards. Every node combines buffer = buffer op partner's buffer; since
-// op is commutative, both partners compute the same bits and every node ends identical.
+// Recursive doubling (recursive_doubling.hpp), the whole buffer in each message. Every node
+// combines buffer = buffer op partner's buffer; since op is commutative, both partners compute
+// the same bits and every node ends identical.
 class RecursiveDoublingAllreduce final : public AllreduceAlgorithm {
  public:
   RecursiveDoublingAllreduce(PointToPoint& net, int tag_base, const AllreduceSpec& spec,
                              const AllreduceHooks& hooks)
-      : net_(net), spec_(spec), hooks_(hooks), bytes_(spec.count * proto::dtype_size(spec.dtype)) {
+      : net_(net),
+        spec_(spec),
+        hooks_(hooks),
+        bytes_(spec.count * proto::dtype_size(spec.dtype)),
+        walk_(recursive_doubling_steps(net.rank(), net.size(), tag_base)) {
     algorithm_tally().count_rd();
-    const uint32_t n = net.size();
-    const uint32_t r = net.rank();
-    uint32_t pow2 = 1;
-    while (pow2 * 2 <= n) pow2 *= 2;
-    const uint32_t extra = n - pow2;
-    int levels = 0;
-    for (uint32_t m = 1; m < pow2; m <<= 1) ++levels;
-    const int post_tag = tag_base + 1 + levels;
-    if (r < 2 * extra && r % 2 == 0) {
-      steps_.push_back({Kind::kSend, r + 1, tag_base});
-      steps_.push_back({Kind::kReceive, r + 1, post_tag});
-    } else {
-      if (r < 2 * extra) steps_.push_back({Kind::kReceiveAndCombine, r - 1, tag_base});
-      const uint32_t me = r < 2 * extra ? r / 2 : r - extra;
-      int level = 0;
-      for (uint32_t mask = 1; mask < pow2; mask <<= 1, ++level) {
-        const uint32_t partner = me ^ mask;
-        const uint32_t real = partner < extra ? partner * 2 + 1 : partner + extra;
-        steps_.push_back({Kind::kExchange, real, tag_base + 1 + level});
-      }
-      if (r < 2 * extra) steps_.push_back({Kind::kSend, r - 1, post_tag});
-    }
     if (spec.count > 0) {
       hooks.prepare(0, spec.count);
       tmp_ = hooks.scratch(bytes_);
@@ -252,51 +234,33 @@ class RecursiveDoublingAllreduce final : public AllreduceAlgorithm {
   }
 
   bool progress() override {
-    if (spec_.count == 0) return true;
-    while (next_ <= steps_.size()) {
-      if (send_ != 0 && net_.done(send_)) send_ = 0;
-      if (recv_ != 0 && net_.done(recv_)) recv_ = 0;
-      if (send_ != 0 || recv_ != 0) return false;
-      if (next_ > 0) {
-        const Step& s = steps_[next_ - 1];
-        if (s.kind == Kind::kExchange || s.kind == Kind::kReceiveAndCombine) {
-          accumulate(spec_.dtype, spec_.op, spec_.buffer, tmp_, spec_.count);
-        }
+    if (spec_.count == 0 || delivered_) return true;
+    const auto post = [this](const DoublingStep& s, P2pRequest& send, P2pRequest& recv) {
+      if (s.kind == DoublingStep::Kind::kSend || s.kind == DoublingStep::Kind::kExchange) {
+        send = net_.isend(0, s.peer, s.tag, spec_.buffer, bytes_);
       }
-      if (next_ == steps_.size()) {
-        ++next_;
-        hooks_.done(0, spec_.count);
-        return true;
+      if (s.kind != DoublingStep::Kind::kSend) {
+        void* into = s.kind == DoublingStep::Kind::kReceive ? spec_.buffer : tmp_;
+        recv = net_.irecv(0, s.peer, s.tag, into, bytes_);
       }
-      const Step& s = steps_[next_++];
-      if (s.kind == Kind::kSend || s.kind == Kind::kExchange) {
-        send_ = net_.isend(0, s.peer, s.tag, spec_.buffer, bytes_);
-      }
-      if (s.kind != Kind::kSend) {
-        void* into = s.kind == Kind::kReceive ? spec_.buffer : tmp_;
-        recv_ = net_.irecv(0, s.peer, s.tag, into, bytes_);
-      }
-    }
+    };
+    const auto combine = [this](const DoublingStep&) {
+      accumulate(spec_.dtype, spec_.op, spec_.buffer, tmp_, spec_.count);
+    };
+    if (!walk_.advance(net_, post, combine)) return false;
+    delivered_ = true;
+    hooks_.done(0, spec_.count);
     return true;
   }
 
  private:
-  enum class Kind : uint8_t { kSend, kReceive, kReceiveAndCombine, kExchange };
-  struct Step {
-    Kind kind;
-    uint32_t peer;
-    int tag;
-  };
-
   PointToPoint& net_;
   AllreduceSpec spec_;
   AllreduceHooks hooks_;
   size_t bytes_;
   void* tmp_ = nullptr;
-  std::vector<Step> steps_;
-  size_t next_ = 0;
-  P2pRequest send_ = 0;
-  P2pRequest recv_ = 0;
+  DoublingWalk walk_;
+  bool delivered_ = false;
 };
 
 class RecordExchange final : public AllreduceAlgorithm {

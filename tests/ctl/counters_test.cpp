@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -140,15 +142,38 @@ TEST(CountersSegment, PublisherToReaderRoundTrip) {
   EXPECT_THROW(ctl::CountersView{name}, ctl::RuntimeError);
 }
 
+// A zeroed counters segment under `name`, mapped read-write as the daemon maps its own, and
+// unlinked when the test is done with it. get() is null if it could not be made.
+class FakeSegment {
+ public:
+  explicit FakeSegment(std::string name) : name_(std::move(name)) {
+    const int fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return;
+    if (::ftruncate(fd, sizeof(proto::CountersSegment)) == 0) {
+      void* p = ::mmap(nullptr, sizeof(proto::CountersSegment), PROT_READ | PROT_WRITE, MAP_SHARED,
+                       fd, 0);
+      if (p != MAP_FAILED) seg_ = static_cast<proto::CountersSegment*>(p);
+    }
+    ::close(fd);
+  }
+  ~FakeSegment() {
+    if (seg_ != nullptr) ::munmap(seg_, sizeof(proto::CountersSegment));
+    ::shm_unlink(name_.c_str());
+  }
+  FakeSegment(const FakeSegment&) = delete;
+  FakeSegment& operator=(const FakeSegment&) = delete;
+  proto::CountersSegment* get() const { return seg_; }
+
+ private:
+  std::string name_;
+  proto::CountersSegment* seg_ = nullptr;
+};
+
 TEST(CountersSegment, ReaderRefusesOtherLayouts) {
   const std::string name = "/nodecomm.ctl-unit-bad-" + std::to_string(::getpid()) + ".counters";
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, sizeof(proto::CountersSegment)), 0);
-  auto* seg = static_cast<proto::CountersSegment*>(
-      ::mmap(nullptr, sizeof(proto::CountersSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(seg, MAP_FAILED);
-  ::close(fd);
+  const FakeSegment shm(name);
+  ASSERT_NE(shm.get(), nullptr) << name << ": " << std::strerror(errno);
+  proto::CountersSegment* seg = shm.get();
   try {
     ctl::CountersView view(name);
     ADD_FAILURE() << "a zeroed segment was accepted";
@@ -164,21 +189,15 @@ TEST(CountersSegment, ReaderRefusesOtherLayouts) {
   } catch (const ctl::RuntimeError& e) {
     EXPECT_NE(std::string(e.what()).find("layout version"), std::string::npos) << e.what();
   }
-  ::munmap(seg, sizeof(proto::CountersSegment));
-  ::shm_unlink(name.c_str());
 }
 
 // A writer descheduled in the middle of a rewrite (a loaded machine) makes the reader wait for
 // it rather than fail; a writer that died there makes it fail at once, naming the pid.
 TEST(CountersSegment, ReaderWaitsForADescheduledWriterAndNamesADeadOne) {
   const std::string name = "/nodecomm.ctl-unit-busy-" + std::to_string(::getpid()) + ".counters";
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(::ftruncate(fd, sizeof(proto::CountersSegment)), 0);
-  auto* seg = static_cast<proto::CountersSegment*>(
-      ::mmap(nullptr, sizeof(proto::CountersSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-  ASSERT_NE(seg, MAP_FAILED);
-  ::close(fd);
+  const FakeSegment shm(name);
+  ASSERT_NE(shm.get(), nullptr) << name << ": " << std::strerror(errno);
+  proto::CountersSegment* seg = shm.get();
   seg->header.magic = proto::kCountersMagic;
   seg->header.segment_bytes = sizeof(proto::CountersSegment);
   seg->header.layout_version = proto::kCountersLayoutVersion;
@@ -210,8 +229,6 @@ TEST(CountersSegment, ReaderWaitsForADescheduledWriterAndNamesADeadOne) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(child)), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t1, std::chrono::seconds(1));
-  ::munmap(seg, sizeof(proto::CountersSegment));
-  ::shm_unlink(name.c_str());
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ namespace {
 using proto::DType;
 using proto::RedOp;
 using test::contribution;
+using test::drive_all;
 using test::FakeEndpoint;
 using test::FakeNetwork;
 using test::load;
@@ -90,19 +91,8 @@ void run_case(const Case& c, uint32_t seed) {
       algorithms.push_back(make_recursive_doubling_allreduce(*endpoints[n], 2048, spec, hooks));
     }
   }
-  std::vector<bool> finished(c.nodes, false);
-  size_t remaining = c.nodes;
-  for (int round = 0; remaining > 0; ++round) {
-    ASSERT_LT(round, 1'000'000) << "no progress: the algorithm hangs";
-    for (uint32_t n = 0; n < c.nodes; ++n) {
-      if (finished[n]) continue;
-      endpoints[n]->poll();
-      if (algorithms[n]->progress()) {
-        finished[n] = true;
-        --remaining;
-      }
-    }
-  }
+  drive_all(endpoints, algorithms);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_TRUE(net.idle()) << "messages left unmatched";
   for (uint32_t n = 0; n < c.nodes; ++n) {
     for (size_t i = 0; i < c.count; ++i) {

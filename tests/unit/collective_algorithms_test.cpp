@@ -25,6 +25,7 @@ namespace {
 using proto::DType;
 using proto::RedOp;
 using test::contribution;
+using test::drive_all;
 using test::FakeEndpoint;
 using test::FakeNetwork;
 using test::load;
@@ -173,20 +174,8 @@ void run_collective_case(const CollectiveCase& c, uint32_t seed) {
     }
     if (::testing::Test::HasFatalFailure()) return;
   }
-  std::vector<bool> finished(n_nodes, false);
-  size_t remaining = n_nodes;
-  for (int round = 0; remaining > 0; ++round) {
-    ASSERT_LT(round, 1'000'000) << "no progress: the algorithm hangs";
-    for (uint32_t n = 0; n < n_nodes; ++n) {
-      if (finished[n]) continue;
-      endpoints[n]->poll();
-      if (algorithms[n]->progress()) {
-        finished[n] = true;
-        --remaining;
-      }
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-  }
+  drive_all(endpoints, algorithms);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_TRUE(net.idle()) << "messages left unmatched";
   for (uint32_t n = 0; n < n_nodes; ++n) {
     for (size_t i = 0; i < total; ++i) {

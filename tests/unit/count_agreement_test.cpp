@@ -137,20 +137,18 @@ TEST(CountAgreement, AllgathervBetweenNodes) {
     return node_count_digest(Collective::kAllgatherv, 4,
                              {{first, 3, aux.data()}, {first + 1, 3, aux.data()}}, local);
   };
-  EXPECT_EQ(cross_node_count_disagreement(Collective::kAllgatherv, 0, 1,
-                                          {digest(same, node0, 0), digest(same, node1, 2)},
-                                          {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"}, "",
-                                          nullptr),
+  EXPECT_EQ(cross_node_count_disagreement(
+                Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), digest(same, node1, 2)},
+                {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"}, "", nullptr),
             "");
   const CountDigest here = digest(other, node1, 2);
-  EXPECT_EQ(
-      cross_node_count_disagreement(Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), here},
-                                    {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"},
-                                    "node 1 (ranks 2,3)", &here),
-      "mismatched allgatherv counts on comm 0 seq 1 between nodes: node 1 (ranks 2,3) "
-      "passed recv_counts other than node 0 (ranks 0,1)'s; every rank must pass the same "
-      "recv_counts, with recv_counts[r] equal to rank r's send count; here, node 1 (ranks "
-      "2,3) sends 6 elements and its recv_counts total 13");
+  EXPECT_EQ(cross_node_count_disagreement(
+                Collective::kAllgatherv, 0, 1, {digest(same, node0, 0), here},
+                {"node 0 (ranks 0,1)", "node 1 (ranks 2,3)"}, "node 1 (ranks 2,3)", &here),
+            "mismatched allgatherv counts on comm 0 seq 1 between nodes: node 1 (ranks 2,3) "
+            "passed recv_counts other than node 0 (ranks 0,1)'s; every rank must pass the same "
+            "recv_counts, with recv_counts[r] equal to rank r's send count; here, node 1 (ranks "
+            "2,3) sends 6 elements and its recv_counts total 13");
 }
 
 TEST(StagingPool, CapsRefuseAndRelease) {

@@ -11,9 +11,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #include "net/p2p.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -117,6 +119,28 @@ class FakeEndpoint final : public PointToPoint {
   FakeNetwork& net_;
   uint32_t rank_;
 };
+
+// Polls each unfinished node's endpoint and advances its algorithm, round-robin, until every
+// one is done. Fails the test if they stop making progress within `max_rounds` rounds; returns
+// early on a fatal failure (an ASSERT in a hook). Callers check HasFatalFailure() after it.
+template <class Algorithm>
+void drive_all(std::vector<std::unique_ptr<FakeEndpoint>>& endpoints,
+               std::vector<std::unique_ptr<Algorithm>>& algorithms, int max_rounds = 1'000'000) {
+  std::vector<bool> finished(algorithms.size(), false);
+  size_t remaining = algorithms.size();
+  for (int round = 0; remaining > 0; ++round) {
+    ASSERT_LT(round, max_rounds) << "no progress: the algorithm hangs";
+    for (size_t n = 0; n < algorithms.size(); ++n) {
+      if (finished[n]) continue;
+      endpoints[n]->poll();
+      if (algorithms[n]->progress()) {
+        finished[n] = true;
+        --remaining;
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
 
 // Node n's contribution at element i for the algorithms' checks: small integers, so every
 // order of combining is exact.

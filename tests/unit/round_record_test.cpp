@@ -24,6 +24,7 @@
 namespace nodecomm::daemon {
 namespace {
 
+using test::drive_all;
 using test::FakeEndpoint;
 using test::FakeNetwork;
 
@@ -270,19 +271,8 @@ void combine_on(uint32_t nodes, uint32_t seed) {
     };
     algorithms.push_back(make_record_combine(*endpoints[n], 2048, std::move(spec)));
   }
-  std::vector<bool> finished(nodes, false);
-  size_t remaining = nodes;
-  for (int round = 0; remaining > 0; ++round) {
-    ASSERT_LT(round, 100'000) << "no progress: the combination hangs";
-    for (uint32_t n = 0; n < nodes; ++n) {
-      if (finished[n]) continue;
-      endpoints[n]->poll();
-      if (algorithms[n]->progress()) {
-        finished[n] = true;
-        --remaining;
-      }
-    }
-  }
+  drive_all(endpoints, algorithms, 100'000);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_TRUE(net.idle()) << "messages left unmatched";
   auto all = std::make_unique<RoundRecord>();
   std::memcpy(all.get(), buffers[0].data(), sizeof(RoundRecord));
