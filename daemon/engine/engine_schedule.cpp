@@ -10,6 +10,8 @@
 #include <memory>
 #include <new>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "config/log.hpp"
 #include "engine/collectives.hpp"
@@ -52,6 +54,14 @@ EagerCombine eager_combiner(std::vector<std::pair<uint64_t, EagerReduction>> kin
   };
 }
 
+// A record in a round's buffer, read in place: the buffer holds whole records end to end, each
+// 8-byte aligned, and copying them out would cost every round more than combining them does.
+template <class Byte>
+auto& record_at(Byte* at) {
+  using Record = std::conditional_t<std::is_const_v<Byte>, const RoundRecord, RoundRecord>;
+  return *std::launder(reinterpret_cast<Record*>(at));
+}
+
 // Merges the record that arrived at `incoming` (nodes [first, first + nodes) as the
 // recursive doubling expects) into this node's at `record`; returns the bytes to send next.
 // A malformed one is not merged but named in the record, so the round still completes and
@@ -59,24 +69,21 @@ EagerCombine eager_combiner(std::vector<std::pair<uint64_t, EagerReduction>> kin
 size_t combine_received(uint8_t* record, const uint8_t* incoming, uint32_t node_count,
                         uint32_t first, uint32_t nodes, const EagerCombine& eager,
                         uint32_t comm_id) {
-  auto mine = std::make_unique<RoundRecord>();
-  auto theirs = std::make_unique<RoundRecord>();
-  std::memcpy(mine.get(), record, sizeof(RoundRecord));
-  std::memcpy(theirs.get(), incoming, sizeof(RoundRecord));
-  std::string problem = round_record_problem(*theirs, node_count);
-  if (problem.empty() && (theirs->nodes != nodes || theirs->lead_node != first)) {
+  RoundRecord& mine = record_at(record);
+  const RoundRecord& theirs = record_at(incoming);
+  std::string problem = round_record_problem(theirs, node_count);
+  if (problem.empty() && (theirs.nodes != nodes || theirs.lead_node != first)) {
     problem = fmt::format("covers {} node(s) led by node {}, expected {} from node {}",
-                          theirs->nodes, theirs->lead_node, nodes, first);
+                          theirs.nodes, theirs.lead_node, nodes, first);
   }
   if (!problem.empty()) {
     NC_LOG(kError, "scheduling round on comm {}: the record of nodes {}..{} is malformed: {}",
            comm_id, first, first + nodes - 1, problem);
-    mine->malformed_node = std::min(mine->malformed_node, first);
-    std::memcpy(record, mine.get(), sizeof(RoundRecord));
-    return round_record_bytes(*mine);
+    mine.malformed_node = std::min(mine.malformed_node, first);
+    return round_record_bytes(mine);
   }
-  auto merged = std::make_unique<RoundRecord>();
-  merge_round_records(*mine, *theirs, *merged, eager);
+  auto merged = std::make_unique<RoundRecord>();  // the merge needs an output of its own
+  merge_round_records(mine, theirs, *merged, eager);
   std::memcpy(record, merged.get(), sizeof(RoundRecord));
   return round_record_bytes(*merged);
 }
@@ -218,9 +225,8 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
 void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
-  auto own = std::make_unique<RoundRecord>();
+  auto own = std::make_unique<RoundRecord>();  // zeroed
   RoundRecord& mine = *own;
-  std::memset(&mine, 0, sizeof(mine));
   mine.nodes = 1;
   mine.lead_node = lay.node_index;
   mine.malformed_node = kNoNode;
@@ -326,7 +332,7 @@ std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) 
   const CommLayout& lay = comm.layout();
   const uint32_t nodes = lay.node_count;
   if (sched.round_combined) {
-    std::memcpy(&out, sched.round_records.data(), sizeof(RoundRecord));
+    out = record_at(std::as_const(sched.round_records).data());
     sched.ready_by_node.clear();  // only the nodes' AND travelled
     std::string problem = round_record_problem(out, nodes);
     if (problem.empty() && out.malformed_node != kNoNode) {
@@ -345,11 +351,8 @@ std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) 
                                  "malformed: {}",
                                  comm.id(), problem);
   }
-  // Read in place (the buffer holds N records end to end, each 8-byte aligned): copying
-  // N of them would cost every round more than combining them does.
   const auto record = [&](uint32_t n) -> const RoundRecord& {
-    return *std::launder(
-        reinterpret_cast<const RoundRecord*>(sched.round_records.data() + n * sizeof(RoundRecord)));
+    return record_at(std::as_const(sched.round_records).data() + n * sizeof(RoundRecord));
   };
   for (uint32_t n = 0; n < nodes; ++n) {
     std::string problem = round_record_problem(record(n), nodes);
@@ -452,16 +455,9 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
       eligible.push_back(i);
     }
   }
-  // Nothing moves until every node's ranks are known to have posted the same operation.
-  for (const uint64_t i : eligible) {
-    if (const std::string disagreement =
-            cross_node_disagreement(comm.id(), sched.floor + i, sched.announced[sched.floor + i],
-                                    lay, local_op(comm, sched.floor + i));
-        !disagreement.empty()) {
-      comm.poison(Status::kMismatch, disagreement);
-      return;
-    }
-  }
+  // Nothing moves until every node's ranks are known to have posted the same operation: an
+  // eligible operation's announcements were compared in the round that brought the last of
+  // them (above), and a disagreement has poisoned the communicator already.
   // Agreed, but a node cannot stage it: it fails on every node alike and leaves the plan;
   // the communicator stays usable. Marked as handed out once the plan has started (marking
   // moves the floor, from which `eligible` counts).

@@ -81,11 +81,13 @@ std::string round_record_problem(const RoundRecord& r, uint32_t node_count) {
   }
   if (r.eager > kEagerOps)
     return fmt::format("{} eager operations, at most {}", r.eager, kEagerOps);
+  uint64_t previous_seq = 0;
   for (uint32_t k = 0; k < r.announced; ++k) {
     const Announcement a = announcement(r, k);
-    if (a.low.seq != a.high.seq || (k > 0 && announcement(r, k - 1).low.seq >= a.low.seq)) {
+    if (a.low.seq != a.high.seq || (k > 0 && previous_seq >= a.low.seq)) {
       return fmt::format("announcement {} (seq {}) out of order", k, a.low.seq);
     }
+    previous_seq = a.low.seq;
     if (a.nodes == 0 || a.nodes > r.nodes || a.refused > a.nodes ||
         std::max({a.low_node, a.high_node, a.lead_node}) >= node_count ||
         (a.refused_node != kNoNode && a.refused_node >= node_count)) {
