@@ -21,6 +21,7 @@
 #include "config/log.hpp"
 #include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "observe/counters.hpp"
 #include "session/client_session.hpp"
@@ -140,26 +141,34 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   // The inter-node algorithm: see AgreedAlgorithm. Outside a multi-node job it applies at
   // once; inside one from the next scheduling round, with node 0's value.
   const auto apply_algorithm = [&] {
-    engine_.set_algorithm_tuning(config_.tuning);
-    const bool multi_node = job_ && job_->node_count > 1 && job_->state == Job::State::kRunning;
-    if (!multi_node) {
-      engine_.set_algorithm_in_effect(config_.tuning);
-      return;
-    }
-    if (!with_job_overrides(engine_.scheduler_tuning(), job_->requested).negotiated()) {
-      note =
-          "; the running multi-node job does not negotiate (priority-policy none and fusion "
-          "off), so it keeps the old value until it ends";
-    } else if (transport_.node_index() != 0) {
-      note = fmt::format(
-          "; this is node {}: a multi-node job runs with node 0's value, so set it on node 0 "
-          "(or on every node)",
-          transport_.node_index());
-    } else {
-      note = "; the job's daemons adopt it at their next scheduling round";
+    for (auto& [name, served] : jobs_) {
+      Engine& engine = served->engine();
+      const Job& job = served->job();
+      engine.set_algorithm_tuning(config_.tuning);
+      const bool multi_node = job.node_count > 1 && job.state == Job::State::kRunning;
+      if (!multi_node) {
+        engine.set_algorithm_in_effect(config_.tuning);
+        continue;
+      }
+      if (!with_job_overrides(engine.scheduler_tuning(), job.requested).negotiated()) {
+        note += fmt::format(
+            "; multi-node job '{}' does not negotiate (priority-policy none and fusion off), so "
+            "it keeps the old value until it ends",
+            ipc::printable(name));
+      } else if (job.node_index != 0) {
+        note += fmt::format(
+            "; this is node {} of job '{}': a multi-node job runs with node 0's value, so set it "
+            "on node 0 (or on every node)",
+            job.node_index, ipc::printable(name));
+      } else {
+        note += fmt::format("; the daemons of job '{}' adopt it at their next scheduling round",
+                            ipc::printable(name));
+      }
     }
   };
-  const auto apply_sched = [&] { engine_.set_scheduler_tuning(config_.sched); };
+  const auto apply_sched = [&] {
+    for (auto& [name, served] : jobs_) served->engine().set_scheduler_tuning(config_.sched);
+  };
   std::string old;
   if (key == "log-level") {
     check_choice(key, value, {"error", "warn", "info", "debug"});
@@ -201,10 +210,13 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "pipeline-depth") {
     old = std::to_string(config_.tuning.pipeline_depth);
     config_.tuning.pipeline_depth = parse_uint(key, value, 1, 1024);
-    engine_.set_algorithm_tuning(config_.tuning);
-    AlgorithmTuning now = engine_.algorithm_in_effect();  // slices in flight here: local, at once
-    now.pipeline_depth = config_.tuning.pipeline_depth;
-    engine_.set_algorithm_in_effect(now);
+    for (auto& [name, served] : jobs_) {
+      Engine& engine = served->engine();
+      engine.set_algorithm_tuning(config_.tuning);
+      AlgorithmTuning now = engine.algorithm_in_effect();  // slices in flight here: local, at once
+      now.pipeline_depth = config_.tuning.pipeline_depth;
+      engine.set_algorithm_in_effect(now);
+    }
   } else if (key == "priority-policy") {
     check_choice(key, value, {"none", "direct", "lifo"});
     old = std::string(proto::priority_policy_name(config_.sched.policy));
@@ -256,7 +268,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     uint32_t& field = key == "stall-sec" ? config_.limits.stall_sec : config_.limits.op_timeout_sec;
     old = std::to_string(field);
     field = parse_uint(key, value, 0, key == "stall-sec" ? 86'400 : 864'000);
-    engine_.set_limits(config_.limits);
+    for (auto& [name, served] : jobs_) served->engine().set_limits(config_.limits);
   }
   counters_.publish_params(config_, true);
   return fmt::format("{} = {} (was {}){}", key, value, old, note);

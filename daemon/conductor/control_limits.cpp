@@ -175,12 +175,20 @@ void Daemon::check_deadlines(uint64_t now) {
                             client->local_rank, config_.map_timeout_sec));
     }
   }
-  if (!job_ || job_->state != Job::State::kAttaching) return;
-  if (job_since_ns_ == 0) job_since_ns_ = now;
-  if (config_.attach_timeout_sec <= 0 || now - job_since_ns_ <= ns(config_.attach_timeout_sec)) {
-    return;
+  for (auto& [name, served] : jobs_) {
+    Job& job = served->job();
+    if (job.state != Job::State::kAttaching) continue;
+    if (served->attach_since_ns == 0) served->attach_since_ns = now;
+    if (config_.attach_timeout_sec <= 0 ||
+        now - served->attach_since_ns <= ns(config_.attach_timeout_sec)) {
+      continue;
+    }
+    served->attach_since_ns = 0;
+    part_with_unformed(job);
   }
-  Job& job = *job_;
+}
+
+void Daemon::part_with_unformed(Job& job) {
   std::vector<uint32_t> missing;
   for (uint32_t r = 0; r < job.local_size; ++r) {
     const ClientSession* m = job.members[r];
@@ -194,7 +202,6 @@ void Daemon::check_deadlines(uint64_t now) {
   for (ClientSession* member : job.members) {
     if (member != nullptr) part_with(*member, proto::Status::kTimeout, why);
   }
-  job_since_ns_ = 0;
 }
 
 }  // namespace nodecomm::daemon

@@ -51,16 +51,8 @@ constexpr int kAcceptsPerEvent = 16;
 Daemon::Daemon(DaemonConfig config, Transport& transport)
     : config_(std::move(config)),
       transport_(transport),
-      staging_(-1, config_.staging_cache_bytes,
-               {config_.max_staging_bytes, config_.max_staging_per_job_bytes}),
-      engine_(transport_, staging_),
-      network_idle_(network_idle_config(config_)) {
-  engine_.set_scheduler_tuning(config_.sched);
-  engine_.set_limits(config_.limits);
-  engine_.set_algorithm_tuning(config_.tuning);
-  engine_.set_algorithm_in_effect(config_.tuning);
-  engine_.set_observer(&counters_);
-}
+      numa_node_(staging_numa_node(-1)),
+      network_idle_(network_idle_config(config_)) {}
 
 Daemon::~Daemon() {
   if (!ready_path_.empty()) ::unlink(ready_path_.c_str());
@@ -122,11 +114,11 @@ void Daemon::start() {
   if (::rename(tmp.c_str(), ready_path_.c_str()) != 0) {
     throw std::runtime_error(fmt::format("rename {}: {}", ready_path_, std::strerror(errno)));
   }
-  counters_.watch_algorithm(&engine_.algorithm_in_effect());
+  counters_.watch_algorithm(&config_.tuning);
   counters_.open(config_, transport_, runtime_dir_, socket_path_);
   NC_LOG(kInfo, "ready: socket {}, node {} of {}, transport {}, staging on NUMA node {}",
          socket_path_, transport_.node_index(), transport_.node_count(), transport_.name(),
-         staging_.numa_node());
+         numa_node_);
 }
 
 ipc::IdleConfig network_idle_config(const DaemonConfig& config) {
@@ -150,7 +142,13 @@ int Daemon::run(const std::atomic<bool>& stop) {
       drop_poisoned_regions();
       ++work;
     }
-    if (const uint64_t activity = transport_.activity(); activity != last_network_activity_) {
+    uint64_t activity = transport_.activity();
+    size_t network_in_flight = 0;
+    for (auto& [name, served] : jobs_) {
+      if (&served->transport() != &transport_) activity += served->transport().activity();
+      network_in_flight += served->engine().network_in_flight();
+    }
+    if (activity != last_network_activity_) {
       last_network_activity_ = activity;
       ++work;  // messages are flowing: poll again soon rather than back off
     }
@@ -169,7 +167,7 @@ int Daemon::run(const std::atomic<bool>& stop) {
       last_work_ns_ = now;
       continue;
     }
-    const bool network_busy = engine_.network_in_flight() > 0;
+    const bool network_busy = network_in_flight > 0;
     if (network_busy) {
       // MPI only progresses inside MPI calls: keep calling, but give the CPU away between
       // calls, since on a shared machine the peers and the kernel's TCP need it too.
@@ -200,13 +198,20 @@ int Daemon::run(const std::atomic<bool>& stop) {
 }
 
 size_t Daemon::do_work() {
-  if (!job_) return 0;
   size_t work = 0;
-  if (job_->state == Job::State::kForming) work += progress_formation(*job_);
-  if (job_->state == Job::State::kRunning) work += exchange_notices(*job_);
-  if (job_->state == Job::State::kRunning || engine_.has_inter_node_work()) {
-    work += engine_.poll(*job_);
-    for (ClientSession* member : job_->members) {
+  for (auto& [name, served] : jobs_) work += work_on(*served);
+  return work;
+}
+
+size_t Daemon::work_on(ServedJob& served) {
+  Job& job = served.job();
+  Engine& engine = served.engine();
+  size_t work = 0;
+  if (job.state == Job::State::kForming) work += progress_formation(served);
+  if (job.state == Job::State::kRunning) work += exchange_notices(served);
+  if (job.state == Job::State::kRunning || engine.has_inter_node_work()) {
+    work += engine.poll(job);
+    for (ClientSession* member : job.members) {
       if (member != nullptr && !member->violation.empty() &&
           member->state() != ClientSession::State::kClosed) {
         drop(*member, "protocol violation: " + member->violation);
@@ -217,26 +222,30 @@ size_t Daemon::do_work() {
   return work;
 }
 
-size_t Daemon::send_notices(Job& job) {
+size_t Daemon::send_notices(ServedJob& served) {
+  const Job& job = served.job();
   size_t work = 0;
-  for (const auto& [rank, status, text] : engine_.take_notices()) {
-    if (job.node_count > 1) transport_.send_notice(job.mine.job_hash, rank, status, text);
+  for (const auto& [rank, status, text] : served.engine().take_notices()) {
+    if (job.node_count > 1) served.transport().send_notice(job.mine.job_hash, rank, status, text);
     ++work;
   }
   return work;
 }
 
-size_t Daemon::exchange_notices(Job& job) {
-  size_t work = send_notices(job);
+size_t Daemon::exchange_notices(ServedJob& served) {
+  Job& job = served.job();
+  size_t work = send_notices(served);
   uint64_t tag = 0;
   uint32_t rank = 0;
   proto::Status status = proto::Status::kPeerLost;
   std::string text;
-  while (transport_.poll_notice(tag, rank, status, text)) {
+  // Each job's group is its own, or the daemon's when jobs run one at a time: a notice for
+  // another tag is a previous job's.
+  while (served.transport().poll_notice(tag, rank, status, text)) {
     ++work;
-    if (tag != job.mine.job_hash) continue;  // a previous job's
+    if (tag != job.mine.job_hash) continue;
     NC_LOG(kWarn, "job {}: {}", job.name, text);
-    engine_.remote_failure(job, rank, status, text);
+    served.engine().remote_failure(job, rank, status, text);
   }
   return work;
 }
@@ -258,17 +267,36 @@ void Daemon::deep_park() {
 }
 
 void Daemon::check_peers(uint64_t now) {
-  if (transport_.node_count() == 1 || config_.peer_timeout_sec <= 0) return;
+  if (config_.peer_timeout_sec <= 0) return;
   const auto timeout_ns = static_cast<uint64_t>(config_.peer_timeout_sec * 1e9);
-  for (const Transport::LostPeer& lost : transport_.check_peers(now, timeout_ns / 10, timeout_ns)) {
-    NC_LOG(kError, "{}", lost.text);
-    if (lost_peer_.empty()) lost_peer_ = lost.text;
-    if (!job_) continue;
-    if (job_->state == Job::State::kRunning) {
-      engine_.node_lost(*job_, lost.text);
-    } else if (job_->state == Job::State::kForming) {
-      job_->state = Job::State::kFailed;
-      send_job_ready(*job_, proto::Status::kPeerLost, lost.text);
+  if (transport_.node_count() > 1) {
+    for (const Transport::LostPeer& lost :
+         transport_.check_peers(now, timeout_ns / 10, timeout_ns)) {
+      NC_LOG(kError, "{}", lost.text);
+      if (lost_peer_.empty()) lost_peer_ = lost.text;
+      fail_jobs_over(transport_, lost.text);
+    }
+  }
+  // Jobs over groups of their own: a lost daemon fails only the jobs it was part of.
+  for (auto& [name, served] : jobs_) {
+    Transport& group = served->transport();
+    if (&group == &transport_ || group.node_count() == 1) continue;
+    for (const Transport::LostPeer& lost : group.check_peers(now, timeout_ns / 10, timeout_ns)) {
+      NC_LOG(kError, "job {}: {}", name, lost.text);
+      fail_jobs_over(group, lost.text);
+    }
+  }
+}
+
+void Daemon::fail_jobs_over(const Transport& group, const std::string& text) {
+  for (auto& [name, served] : jobs_) {
+    if (&served->transport() != &group) continue;
+    Job& job = served->job();
+    if (job.state == Job::State::kRunning) {
+      served->engine().node_lost(job, text);
+    } else if (job.state == Job::State::kForming) {
+      job.state = Job::State::kFailed;
+      send_job_ready(job, proto::Status::kPeerLost, text);
     }
   }
 }
@@ -295,25 +323,45 @@ void Daemon::heartbeat() {
   check_client_heartbeats(now);
   check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
-  counters_.housekeeping(now, last_work_ns_, job_.get(), clients_, engine_.limits().stall_sec);
+  // The counters' job section shows the oldest job (a per-job table is to come), and the
+  // algorithm parameters in effect are that job's (its rounds may have agreed node 0's).
+  ServedJob* shown = nullptr;
+  for (auto& [name, served] : jobs_) {
+    if (shown == nullptr || served->job().serial < shown->job().serial) shown = served.get();
+  }
+  counters_.watch_algorithm(shown != nullptr ? &shown->engine().algorithm_in_effect()
+                                             : &config_.tuning);
+  counters_.housekeeping(now, last_work_ns_, shown != nullptr ? &shown->job() : nullptr, clients_,
+                         config_.limits.stall_sec);
   if (notifier_ != nullptr) notifier_->tick(now, [this] { return status_line(); });
 }
 
 std::string Daemon::status_line() {
-  if (!job_) return fmt::format("waiting for a job: {} client(s) connected", clients_.size());
+  if (jobs_.empty()) {
+    return fmt::format("waiting for a job: {} client(s) connected", clients_.size());
+  }
+  if (jobs_.size() > 1) {
+    size_t running = 0;
+    for (const auto& [name, served] : jobs_) {
+      running += served->job().state == Job::State::kRunning ? 1 : 0;
+    }
+    return fmt::format("{} jobs ({} running): {} client(s)", jobs_.size(), running,
+                       clients_.size());
+  }
+  const Job& job = jobs_.begin()->second->job();
   static constexpr const char* kStates[] = {"attaching", "forming", "running", "failed"};
   uint64_t ops = 0;  // collectives posted: the most any local rank has posted
-  for (const ClientSession* member : job_->members) {
+  for (const ClientSession* member : job.members) {
     if (member == nullptr) continue;
     uint64_t posted = 0;
     for (const auto& [comm, next] : member->next_seq) posted += next - 1;
     ops = std::max(ops, posted);
   }
   size_t in_flight = 0;
-  for (auto& [id, comm] : job_->comms) in_flight += comm->ops().size();
+  for (const auto& [id, comm] : job.comms) in_flight += comm->ops().size();
   return fmt::format("job '{}' {}: {} client(s), {}/{} local ranks, {} ops posted, {} in flight",
-                     ipc::printable(job_->name), kStates[static_cast<int>(job_->state)],
-                     clients_.size(), job_->attached, job_->local_size, ops, in_flight);
+                     ipc::printable(job.name), kStates[static_cast<int>(job.state)],
+                     clients_.size(), job.attached, job.local_size, ops, in_flight);
 }
 
 size_t Daemon::service_sockets(int timeout_ms) {
@@ -491,14 +539,23 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   // A hello that would start a job checks against a job of its own, adopted only once the
   // rank is admitted: a refused hello leaves no job behind to hold the daemon.
   std::unique_ptr<Job> fresh;
-  if (!job_) fresh = std::make_unique<Job>(job_name, hello.local_size);
-  Job& job = job_ ? *job_ : *fresh;
-  if (job.name != job_name) {
-    return reply_hello_error(client, Status::kInvalidArgument,
-                             fmt::format("this daemon is serving job '{}'; job '{}' must wait "
-                                         "until it ends",
-                                         job.name, job_name));
+  const auto existing = jobs_.find(job_name);
+  if (existing == jobs_.end()) {
+    if (one_job_at_a_time() && !jobs_.empty()) {
+      return reply_hello_error(client, Status::kInvalidArgument,
+                               fmt::format("this daemon is serving job '{}'; job '{}' must wait "
+                                           "until it ends",
+                                           jobs_.begin()->first, job_name));
+    }
+    if (jobs_.size() >= config_.max_jobs) {
+      return reply_hello_error(client, Status::kQueueFull,
+                               fmt::format("this daemon already serves {} jobs (the limit, "
+                                           "--max-jobs); job '{}' must wait until one ends",
+                                           jobs_.size(), job_name));
+    }
+    fresh = std::make_unique<Job>(job_name, hello.local_size);
   }
+  Job& job = fresh ? *fresh : existing->second->job();
   if (job.state != Job::State::kAttaching) {
     return reply_hello_error(client, Status::kInvalidArgument,
                              fmt::format("job '{}' has already formed; local rank {} came too late",
@@ -530,7 +587,7 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   spec.submit_capacity = config_.ring_capacity;
   spec.complete_capacity = config_.ring_capacity;
   spec.arena_bytes = proto::align_up(arena, proto::kArenaAlignment);
-  spec.numa_node = staging_.numa_node();
+  spec.numa_node = numa_node_;
   const uint64_t segment_bytes =
       proto::segment_geometry(spec.submit_capacity, spec.complete_capacity, spec.arena_bytes)
           .segment_bytes;
@@ -557,8 +614,14 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                              e.what());
   }
   if (fresh) {
-    job_ = std::move(fresh);
-    Log::get().set_job(job_name);
+    // A one-node job runs over a group of its own: nothing of it reaches another job, and no
+    // other job waits for it. Over a launched group of several nodes it takes the group.
+    std::unique_ptr<Transport> own = one_job_at_a_time() ? nullptr : make_loopback_transport();
+    Transport& group = own ? *own : transport_;
+    jobs_.emplace(job_name, std::make_unique<ServedJob>(std::move(fresh), group, std::move(own),
+                                                        config_, staging_ledger_, &counters_));
+    // The log names the job while it is the only one.
+    Log::get().set_job(jobs_.size() == 1 ? job_name : std::string());
   }
   // The first rank's settings count only once that rank is admitted.
   if (hello.local_rank == 0) job.requested = hello.tuning;
@@ -609,8 +672,11 @@ void Daemon::on_mapped(ClientSession& client) {
   if (!job.all_attached()) return;
   // Every local rank is here: exchange local counts with the other daemons to place the
   // node's ranks in the world (world rank = node offset + local rank).
-  job.node_index = transport_.node_index();
-  job.node_count = transport_.node_count();
+  ServedJob* served = served_of(client);
+  if (served == nullptr) return;
+  Transport& group = served->transport();
+  job.node_index = group.node_index();
+  job.node_count = group.node_count();
   job.mine = Job::NodeRecord{XXH3_64bits(job.name.data(), job.name.size()), job.local_size,
                              job.node_index};
   job.gathered.assign(job.node_count, Job::NodeRecord{});
@@ -620,7 +686,7 @@ void Daemon::on_mapped(ClientSession& client) {
     const std::vector<size_t> bytes(job.node_count, sizeof(Job::NodeRecord));
     std::vector<size_t> displs(job.node_count);
     for (uint32_t n = 0; n < job.node_count; ++n) displs[n] = n * sizeof(Job::NodeRecord);
-    job.formation = transport_.start_allgatherv(kAllNodes, job.gathered.data(), bytes, displs);
+    job.formation = group.start_allgatherv(kAllNodes, job.gathered.data(), bytes, displs);
     job.state = Job::State::kForming;
   } catch (const TransportError& e) {
     job.state = Job::State::kFailed;
@@ -687,33 +753,49 @@ void Daemon::drop(ClientSession& client, const std::string& why) {
     if (job->members[client.local_rank] == &client) job->members[client.local_rank] = nullptr;
     if (was_joined) --job->attached;
     client.job = nullptr;
-  } else {
-    engine_.member_lost(*job, client, why);
+  } else if (ServedJob* served = served_of(client); served != nullptr) {
+    served->engine().member_lost(*job, client, why);
+  }
+}
+
+ServedJob* Daemon::served_of(const ClientSession& client) {
+  if (client.job == nullptr) return nullptr;
+  const auto it = jobs_.find(client.job->name);
+  return it != jobs_.end() && &it->second->job() == client.job ? it->second.get() : nullptr;
+}
+
+void Daemon::end_job(ServedJob& served) {
+  Job& job = served.job();
+  // A failure found in this turn's engine pass must still reach the other nodes: their
+  // ranks would otherwise wait for their timeout.
+  send_notices(served);
+  if (job.state != Job::State::kAttaching) NC_LOG(kInfo, "job {} ended", job.name);
+  for (ClientSession* member : job.members) {
+    if (member != nullptr) member->job = nullptr;
   }
 }
 
 void Daemon::reap() {
-  if (job_) {
+  bool ended = false;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    ServedJob& served = *it->second;
     bool any_live = false;
-    for (ClientSession* member : job_->members) {
+    for (ClientSession* member : served.job().members) {
       any_live =
           any_live || (member != nullptr && member->state() != ClientSession::State::kClosed);
     }
-    const bool busy = job_->formation != 0 || engine_.has_inter_node_work();
-    if (!any_live && !busy) {
-      // A failure found in this turn's engine pass must still reach the other nodes: their
-      // ranks would otherwise wait for their timeout.
-      send_notices(*job_);
-      if (job_->state != Job::State::kAttaching) NC_LOG(kInfo, "job {} ended", job_->name);
-      for (ClientSession* member : job_->members) {
-        if (member != nullptr) member->job = nullptr;
-      }
-      job_.reset();
-      job_since_ns_ = 0;
-      engine_.set_algorithm_in_effect(
-          engine_.algorithm_tuning());  // drop what the job's rounds agreed
-      Log::get().set_job({});
+    const bool busy = served.job().formation != 0 || served.engine().has_inter_node_work();
+    if (any_live || busy) {
+      ++it;
+      continue;
     }
+    end_job(served);
+    it = jobs_.erase(it);
+    ended = true;
+  }
+  if (ended) {
+    counters_.watch_algorithm(&config_.tuning);  // the next heartbeat picks the job shown
+    Log::get().set_job(jobs_.size() == 1 ? jobs_.begin()->first : std::string());
   }
   const size_t before = clients_.size();
   for (auto it = clients_.begin(); it != clients_.end();) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "conductor/served_job.hpp"
 #include "config/config.hpp"
 #include "engine/engine.hpp"
 #include "engine/job.hpp"
@@ -52,12 +53,21 @@ class Daemon {
 
  private:
   size_t do_work();
+  size_t work_on(ServedJob& served);
+  // The served job a client belongs to, or null.
+  ServedJob* served_of(const ClientSession& client);
+  // Jobs run one at a time here: the daemon's transport spans several nodes and every job
+  // forms over all of them.
+  bool one_job_at_a_time() const { return transport_.node_count() > 1; }
+  // Fails every job running over `group` after one of its daemons was lost.
+  void fail_jobs_over(const Transport& group, const std::string& text);
+  void end_job(ServedJob& served);
   // --allow-uids / --allow-groups: may this peer join a job that another uid started?
   bool may_join_others(const ClientSession& client) const;
   // Failure notices to and from the other daemons of the job: send_notices hands the engine's
   // to the others, exchange_notices does that and applies theirs.
-  size_t send_notices(Job& job);
-  size_t exchange_notices(Job& job);
+  size_t send_notices(ServedJob& served);
+  size_t exchange_notices(ServedJob& served);
   size_t service_sockets(int timeout_ms);
   void accept_clients();
   void on_readable(ClientSession& client);
@@ -75,7 +85,7 @@ class Daemon {
   void drop_poisoned_regions();
   void reply_hello_error(ClientSession& client, proto::Status status, const std::string& text);
   void drop(ClientSession& client, const std::string& why);
-  size_t progress_formation(Job& job);
+  size_t progress_formation(ServedJob& served);
   void send_job_ready(Job& job, proto::Status status, const std::string& text);
   void reap();
   void deep_park();
@@ -87,6 +97,8 @@ class Daemon {
   // The control socket's limits (control_limits.cpp). check_deadlines: hello, mapping and
   // attach deadlines. connection_limit: why a new connection from this peer is refused, or "".
   void check_deadlines(uint64_t now);
+  // The attach deadline of `job` passed: its ranks are told which local ranks never came.
+  void part_with_unformed(Job& job);
   size_t connections_of(uint32_t uid) const;
   std::string connection_limit(const ipc::PeerCredentials& cred) const;
   // Answers a refused connection's hello with `text` (NC_ERR_QUEUE_FULL) and closes it.
@@ -110,8 +122,9 @@ class Daemon {
 
   DaemonConfig config_;
   Transport& transport_;
-  StagingPool staging_;
-  Engine engine_;
+  // Every job's staging pool reports its reservations here, so --max-staging caps them all.
+  StagingLedger staging_ledger_;
+  int numa_node_ = 0;  // where staging and client segments live
   ipc::IdleStrategy idle_;
   ipc::IdleStrategy network_idle_;
   std::string runtime_dir_;
@@ -122,12 +135,14 @@ class Daemon {
   ipc::Fd epoll_fd_;
   uint32_t next_client_id_ = 1;
   std::map<uint32_t, std::unique_ptr<ClientSession>> clients_;
-  std::unique_ptr<Job> job_;
+  // The jobs being served, by name. Over a daemon group launched together (an MPI world of
+  // several nodes) one at a time, since forming a job takes every daemon of the group; else
+  // any number up to --max-jobs, each over its own group (served_job.hpp).
+  std::map<std::string, std::unique_ptr<ServedJob>> jobs_;
   uint64_t last_socket_check_ns_ = 0;
   uint64_t last_heartbeat_ns_ = 0;
   uint64_t last_network_activity_ = 0;
   uint64_t last_work_ns_ = 0;
-  uint64_t job_since_ns_ = 0;  // when the attach deadline of job_ started counting
   uint64_t last_refusal_log_ns_ = 0;
   uint64_t unlogged_refusals_ = 0;
   double accept_tokens_ = 0;  // filled to the burst at the first accept

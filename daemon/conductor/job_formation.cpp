@@ -16,9 +16,10 @@
 
 namespace nodecomm::daemon {
 
-size_t Daemon::progress_formation(Job& job) {
+size_t Daemon::progress_formation(ServedJob& served) {
+  Job& job = served.job();
   try {
-    if (!transport_.test(job.formation)) return 0;
+    if (!served.transport().test(job.formation)) return 0;
   } catch (const TransportError& e) {
     job.state = Job::State::kFailed;
     send_job_ready(job, proto::Status::kPeerLost,

@@ -20,6 +20,9 @@ struct DaemonConfig {
   uint64_t default_arena_bytes = 64ULL << 20;
   uint64_t max_arena_bytes = 16ULL << 30;
   uint32_t max_clients = 256;
+  // Jobs served at once (each with its own engine, staging and counters); a rank that would
+  // start one more is refused with NC_ERR_QUEUE_FULL.
+  uint32_t max_jobs = 32;
   // Connections one uid may hold at once (attached, attaching or idle), so that one user's
   // idle or flooding connections cannot use up max_clients for everyone else (the default is
   // half the default max_clients; it binds only where it is below max_clients).

@@ -21,17 +21,27 @@ size_t round_up_pow2(size_t bytes) {
 }
 }  // namespace
 
-StagingPool::StagingPool(int numa_node, size_t max_cached_bytes, Limits limits)
-    : max_cached_bytes_(max_cached_bytes), limits_(limits) {
+int staging_numa_node(int requested) {
+  if (numa_available() < 0) return 0;
+  const int node = requested >= 0 ? requested : numa_node_of_cpu(sched_getcpu());
+  return node < 0 ? 0 : node;
+}
+
+StagingPool::StagingPool(int numa_node, size_t max_cached_bytes, Limits limits,
+                         StagingLedger* shared)
+    : max_cached_bytes_(max_cached_bytes),
+      limits_(limits),
+      ledger_(shared != nullptr ? shared : &own_ledger_) {
   use_numa_ = numa_available() >= 0;
-  if (use_numa_) {
-    numa_node_ = numa_node >= 0 ? numa_node : numa_node_of_cpu(sched_getcpu());
-    if (numa_node_ < 0) numa_node_ = 0;
-  }
+  if (use_numa_) numa_node_ = staging_numa_node(numa_node);
 }
 
 StagingPool::~StagingPool() {
   for (const Buffer& b : free_) deallocate(b);
+  // A job that ends with reservations (its daemon gone, its operations abandoned) gives them
+  // back to the daemon's other jobs.
+  for (const auto& [owner, bytes] : reserved_)
+    ledger_->reserved -= std::min(ledger_->reserved, bytes);
 }
 
 void* StagingPool::allocate(size_t bytes) {
@@ -72,7 +82,7 @@ void StagingPool::set_owner(uint64_t owner) {
       ++it;
       continue;
     }
-    reserved_total_ -= std::min(reserved_total_, it->second);
+    ledger_->reserved -= std::min(ledger_->reserved, it->second);
     it = reserved_.erase(it);
   }
 }
@@ -130,14 +140,14 @@ std::string StagingPool::reserve(size_t bytes) {
         bytes, limits_.max_per_job, mine);
   }
   if (limits_.max_total != 0 &&
-      bytes > limits_.max_total - std::min(reserved_total_, limits_.max_total)) {
+      bytes > limits_.max_total - std::min(ledger_->reserved, limits_.max_total)) {
     return fmt::format(
         "{} bytes of staging would exceed the daemon's cap of {} bytes "
         "(--max-staging; {} bytes reserved by operations in flight)",
-        bytes, limits_.max_total, reserved_total_);
+        bytes, limits_.max_total, ledger_->reserved);
   }
   reserved_[owner_] += bytes;
-  reserved_total_ += bytes;
+  ledger_->reserved += bytes;
   return {};
 }
 
@@ -146,7 +156,7 @@ void StagingPool::unreserve(size_t bytes) {
   if (it == reserved_.end()) return;  // the job changed meanwhile: dropped with it
   const size_t n = std::min(bytes, it->second);
   it->second -= n;
-  reserved_total_ -= std::min(reserved_total_, n);
+  ledger_->reserved -= std::min(ledger_->reserved, n);
 }
 
 }  // namespace nodecomm::daemon

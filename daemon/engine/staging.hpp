@@ -13,6 +13,10 @@
 // Caps (--max-staging, --max-staging-per-job): operations reserve the staging they will use
 // when they become ready; a reservation over a cap is refused, and that operation fails with
 // NC_ERR_NO_MEMORY instead of growing the daemon.
+//
+// A daemon serving several jobs at once gives each its own pool (no buffer ever passes between
+// jobs, and none is unmapped because another job ran a pass); the pools of one daemon share a
+// StagingLedger, so --max-staging still caps all of them together.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +33,15 @@ struct StagingLimits {
   size_t max_per_job = 0;  // reserved by one job; 0: no cap
 };
 
+// What the pools of one daemon have reserved together (StagingPool::reserve).
+struct StagingLedger {
+  size_t reserved = 0;
+};
+
+// The NUMA node staging is allocated on: `requested`, or (< 0) the node of the calling
+// thread's CPU; 0 where libnuma does not work.
+int staging_numa_node(int requested);
+
 class StagingPool {
  public:
   using Limits = StagingLimits;
@@ -39,8 +52,10 @@ class StagingPool {
   };
 
   // numa_node < 0: the node of the calling thread's CPU, if libnuma works here.
+  // `shared`: the ledger of every pool of this daemon, which must outlive the pool; null:
+  // this pool's own.
   explicit StagingPool(int numa_node = -1, size_t max_cached_bytes = size_t{1} << 30,
-                       Limits limits = {});
+                       Limits limits = {}, StagingLedger* shared = nullptr);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
@@ -58,7 +73,7 @@ class StagingPool {
   // not (which cap, what is reserved already).
   std::string reserve(size_t bytes);
   void unreserve(size_t bytes);
-  size_t reserved_total() const { return reserved_total_; }
+  size_t reserved_total() const { return ledger_->reserved; }
   size_t reserved_by_owner() const;
   const Limits& limits() const { return limits_; }
 
@@ -77,7 +92,8 @@ class StagingPool {
   Limits limits_;
   uint64_t owner_ = 0;
   std::map<uint64_t, size_t> reserved_;  // by owner
-  size_t reserved_total_ = 0;
+  StagingLedger own_ledger_;
+  StagingLedger* ledger_;
 };
 
 }  // namespace nodecomm::daemon

@@ -105,6 +105,11 @@ void define_settings(CLI::App& app, Vars& v) {
   app.add_option("--max-clients", c.max_clients, "Clients attached at once")
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
+  app.add_option("--max-jobs", c.max_jobs,
+                 "Jobs served at once; a rank that would start one more is refused with "
+                 "NC_ERR_QUEUE_FULL")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
   app.add_option("--max-clients-per-uid", c.max_clients_per_uid,
                  "Connections one uid may hold at once; one more is refused at once with "
                  "NC_ERR_QUEUE_FULL (binds where it is below --max-clients)")

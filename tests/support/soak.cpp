@@ -217,7 +217,12 @@ int run_soak(Backend& b, const SoakConfig& config) {
   uint64_t bytes = 0;
   uint64_t wrong = 0;
   std::map<std::string, uint64_t> by_collective;
-  for (;; ++iterations) {
+  // The longest iteration: a job sharing the daemon with others must never stall behind them.
+  double longest = 0;
+  for (double began = now_sec();; ++iterations) {
+    const double turn = now_sec();
+    longest = std::max(longest, turn - began);
+    began = turn;
     // Every rank stops at the same iteration: the largest "done" of all ranks decides.
     int32_t done = now_sec() - start >= config.seconds || wrong > 0 ? 1 : 0;
     b.allreduce(&done, &done, 1, NC_I32, NC_MAX);
@@ -281,9 +286,10 @@ int run_soak(Backend& b, const SoakConfig& config) {
     for (const auto& [name, n] : by_collective) mix += fmt::format(" {}:{}", name, n);
     fmt::print(
         "# soak: {} iterations, {} operations, {:.1f} MiB moved per rank in {:.1f} s; "
-        "wrong elements (all ranks): {}; memory: {}\n# soak mix:{}\n",
+        "wrong elements (all ranks): {}; memory: {}\n# soak mix:{}\n"
+        "# soak: longest iteration {:.1f} ms (rank 0)\n",
         iterations, operations, static_cast<double>(bytes) / 1048576, elapsed, totals[0],
-        totals[1] == 0 ? "flat" : "grew", mix);
+        totals[1] == 0 ? "flat" : "grew", mix, longest * 1e3);
     if (!config.json_path.empty()) {
       std::ofstream out(config.json_path, std::ios::app);
       out << fmt::format(

@@ -1,0 +1,26 @@
+#include "conductor/served_job.hpp"
+
+#include <utility>
+
+namespace nodecomm::daemon {
+
+ServedJob::ServedJob(std::unique_ptr<Job> job, Transport& group, std::unique_ptr<Transport> owned,
+                     const DaemonConfig& config, StagingLedger& ledger, EngineObserver* observer)
+    : owned_(std::move(owned)),
+      transport_(group),
+      staging_(-1, config.staging_cache_bytes,
+               {config.max_staging_bytes, config.max_staging_per_job_bytes}, &ledger),
+      engine_(transport_, staging_),
+      job_(std::move(job)) {
+  configure(config);
+  engine_.set_algorithm_in_effect(config.tuning);
+  engine_.set_observer(observer);
+}
+
+void ServedJob::configure(const DaemonConfig& config) {
+  engine_.set_scheduler_tuning(config.sched);
+  engine_.set_limits(config.limits);
+  engine_.set_algorithm_tuning(config.tuning);
+}
+
+}  // namespace nodecomm::daemon
