@@ -146,6 +146,25 @@ Result resolve_settings(const nc_init_options_t* opts, Settings& s) {
     return fail(NC_ERR_INVALID_ARGUMENT, fmt::format("local rank {} is not below local size {}",
                                                      s.local_rank, s.local_size));
   }
+  // The job's nodes, for a service daemon that forms the job's group on demand; daemons
+  // launched with the job know them without.
+  if (const char* v = env("NODECOMM_NODES")) {
+    if (!parse_u32(v, s.node_count) || s.node_count == 0 || s.node_count > proto::kMaxJobNodes) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_NODES is '{}'; set it to the number of nodes the job "
+                              "runs on (1..{})",
+                              v, proto::kMaxJobNodes));
+    }
+    const char* node = env("NODECOMM_NODE");
+    if (node == nullptr || !parse_u32(node, s.node_index) || s.node_index >= s.node_count) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_NODE is {}; with NODECOMM_NODES={} set it to this node's "
+                              "index in the job, 0..{} (torchrun: $GROUP_RANK, Slurm: "
+                              "$SLURM_NODEID)",
+                              node == nullptr ? "not set" : fmt::format("'{}'", node), s.node_count,
+                              s.node_count - 1));
+    }
+  }
   if (o.arena_bytes > 0) {
     s.arena_bytes = o.arena_bytes;
   } else if (std::string why; const char* v = env("NODECOMM_ARENA_BYTES")) {
@@ -217,6 +236,8 @@ Result Context::attach(const Settings& s) {
   hello.layout_version = proto::kLayoutVersion;
   hello.local_rank = s.local_rank;
   hello.local_size = s.local_size;
+  hello.node_index = s.node_index;
+  hello.node_count = s.node_count;
   hello.arena_bytes = s.arena_bytes;
   ipc::copy_text(hello.job, s.job);
   hello.tuning = s.tuning;

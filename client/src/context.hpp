@@ -35,6 +35,10 @@ struct Settings {
   std::string job;
   uint32_t local_rank = 0;
   uint32_t local_size = 0;
+  // NODECOMM_NODE / NODECOMM_NODES: this rank's node in the job and the job's node count; 0
+  // nodes: not given.
+  uint32_t node_index = 0;
+  uint32_t node_count = 0;
   uint64_t arena_bytes = 0;
   double timeout_sec = 300;
   double connect_timeout_sec = 10;

@@ -8,17 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "config/tuning.hpp"
 #include "conductor/peer_groups.hpp"
+#include "config/tuning.hpp"
 #include "nodecomm/ipc/socket.hpp"
 
 namespace nodecomm::daemon {
 
-
-
 // Settings `nodecommctl set` can change while the daemon runs.
 const std::vector<std::string>& settable_keys();
-
 
 // Root, the daemon's own uid, or a member of `admin_group` (name or gid; peer_groups).
 // On refusal `why` says who was refused and who would be allowed.

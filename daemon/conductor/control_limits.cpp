@@ -177,6 +177,20 @@ void Daemon::check_deadlines(uint64_t now) {
   }
   for (auto& [name, served] : jobs_) {
     Job& job = served->job();
+    if (served->group_formation != 0 && config_.attach_timeout_sec > 0 &&
+        now - served->attach_since_ns > ns(config_.attach_timeout_sec)) {
+      job_groups_->cancel(served->group_formation);
+      served->group_formation = 0;
+      job.state = Job::State::kFailed;
+      send_job_ready(
+          job, proto::Status::kTimeout,
+          fmt::format("job '{}' did not form within {:g} s (--attach-timeout-sec): "
+                      "the daemons of its {} nodes did not all come (this is node {}; "
+                      "every node's ranks need the same NODECOMM_JOB and "
+                      "NODECOMM_NODES, and each node its own NODECOMM_NODE)",
+                      job.name, config_.attach_timeout_sec, job.asked_nodes, job.asked_node));
+      continue;
+    }
     if (job.state != Job::State::kAttaching) continue;
     if (served->attach_since_ns == 0) served->attach_since_ns = now;
     if (config_.attach_timeout_sec <= 0 ||

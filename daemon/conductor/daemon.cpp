@@ -207,7 +207,9 @@ size_t Daemon::work_on(ServedJob& served) {
   Job& job = served.job();
   Engine& engine = served.engine();
   size_t work = 0;
-  if (job.state == Job::State::kForming) work += progress_formation(served);
+  if (job.state == Job::State::kForming) {
+    work += served.group_formation != 0 ? progress_group(served) : progress_formation(served);
+  }
   if (job.state == Job::State::kRunning) work += exchange_notices(served);
   if (job.state == Job::State::kRunning || engine.has_inter_node_work()) {
     work += engine.poll(job);
@@ -529,6 +531,31 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
         fmt::format("local rank {} of local size {} (size must be 1..{})", hello.local_rank,
                     hello.local_size, proto::kLocalSizeLimit));
   }
+  if (hello.node_count > proto::kMaxJobNodes ||
+      (hello.node_count > 0 && hello.node_index >= hello.node_count)) {
+    return reply_hello_error(client, Status::kInvalidArgument,
+                             fmt::format("node {} of {} nodes (NODECOMM_NODE, NODECOMM_NODES; "
+                                         "nodes must be 1..{})",
+                                         hello.node_index, hello.node_count, proto::kMaxJobNodes));
+  }
+  if (one_job_at_a_time() && hello.node_count > 0 &&
+      (hello.node_count != transport_.node_count() ||
+       hello.node_index != transport_.node_index())) {
+    return reply_hello_error(
+        client, Status::kInvalidArgument,
+        fmt::format("local rank {} says node {} of {} (NODECOMM_NODE, NODECOMM_NODES), but this "
+                    "daemon is node {} of the {} launched for the job",
+                    hello.local_rank, hello.node_index, hello.node_count, transport_.node_index(),
+                    transport_.node_count()));
+  }
+  if (!one_job_at_a_time() && hello.node_count > 1 && job_groups_ == nullptr) {
+    return reply_hello_error(
+        client, Status::kInvalidArgument,
+        fmt::format("job '{}' spans {} nodes (NODECOMM_NODES), but this daemon serves one-node "
+                    "jobs only (transport {}; a multi-node service runs with --transport "
+                    "service)",
+                    job_name, hello.node_count, transport_.name()));
+  }
   const uint64_t arena = hello.arena_bytes == 0 ? config_.default_arena_bytes : hello.arena_bytes;
   if (arena > config_.max_arena_bytes) {
     return reply_hello_error(client, Status::kNoMemory,
@@ -554,6 +581,8 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
                                            jobs_.size(), job_name));
     }
     fresh = std::make_unique<Job>(job_name, hello.local_size);
+    fresh->asked_node = hello.node_index;
+    fresh->asked_nodes = hello.node_count;
   }
   Job& job = fresh ? *fresh : existing->second->job();
   if (job.state != Job::State::kAttaching) {
@@ -567,6 +596,14 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
         fmt::format("job '{}' has {} local ranks on this node, but local rank "
                     "{} says {}",
                     job_name, job.local_size, hello.local_rank, hello.local_size));
+  }
+  if (job.asked_nodes != hello.node_count || job.asked_node != hello.node_index) {
+    return reply_hello_error(
+        client, Status::kInvalidArgument,
+        fmt::format("job '{}' runs on node {} of {} here, but local rank {} says node {} of {} "
+                    "(NODECOMM_NODE, NODECOMM_NODES)",
+                    job_name, job.asked_node, job.asked_nodes, hello.local_rank, hello.node_index,
+                    hello.node_count));
   }
   if (ClientSession* other = job.members[hello.local_rank]; other != nullptr) {
     return reply_hello_error(client, Status::kInvalidArgument,
@@ -670,28 +707,7 @@ void Daemon::on_mapped(ClientSession& client) {
   NC_LOG(kDebug, "job {}: local rank {} attached (pid {}), {}/{}", job.name, client.local_rank,
          client.cred().pid, job.attached, job.local_size);
   if (!job.all_attached()) return;
-  // Every local rank is here: exchange local counts with the other daemons to place the
-  // node's ranks in the world (world rank = node offset + local rank).
-  ServedJob* served = served_of(client);
-  if (served == nullptr) return;
-  Transport& group = served->transport();
-  job.node_index = group.node_index();
-  job.node_count = group.node_count();
-  job.mine = Job::NodeRecord{XXH3_64bits(job.name.data(), job.name.size()), job.local_size,
-                             job.node_index};
-  job.gathered.assign(job.node_count, Job::NodeRecord{});
-  job.gathered[job.node_index] = job.mine;
-  try {
-    // Every node's record to every node, in place (MPI_Iallgatherv on the world).
-    const std::vector<size_t> bytes(job.node_count, sizeof(Job::NodeRecord));
-    std::vector<size_t> displs(job.node_count);
-    for (uint32_t n = 0; n < job.node_count; ++n) displs[n] = n * sizeof(Job::NodeRecord);
-    job.formation = group.start_allgatherv(kAllNodes, job.gathered.data(), bytes, displs);
-    job.state = Job::State::kForming;
-  } catch (const TransportError& e) {
-    job.state = Job::State::kFailed;
-    send_job_ready(job, proto::Status::kPeerLost, e.what());
-  }
+  if (ServedJob* served = served_of(client); served != nullptr) start_formation(*served);
 }
 
 void Daemon::on_register(ClientSession& client, const proto::Register& request, const ipc::Fd& fd) {
@@ -769,6 +785,7 @@ void Daemon::end_job(ServedJob& served) {
   // A failure found in this turn's engine pass must still reach the other nodes: their
   // ranks would otherwise wait for their timeout.
   send_notices(served);
+  if (served.group_formation != 0) job_groups_->cancel(served.group_formation);
   if (job.state != Job::State::kAttaching) NC_LOG(kInfo, "job {} ended", job.name);
   for (ClientSession* member : job.members) {
     if (member != nullptr) member->job = nullptr;

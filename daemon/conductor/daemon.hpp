@@ -17,6 +17,7 @@
 #include "engine/engine.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
+#include "net/job_groups.hpp"
 #include "net/transport.hpp"
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/socket.hpp"
@@ -48,6 +49,10 @@ class Daemon {
   const std::string& runtime_dir() const { return runtime_dir_; }
   // systemd: the loop pings the watchdog and refreshes STATUS= through it (notify.hpp).
   void set_notifier(Notifier* notifier) { notifier_ = notifier; }
+  // A service daemon forms each multi-node job's group on demand through `groups`
+  // (net/job_groups.hpp); without, it serves one-node jobs only (or the jobs of the group it
+  // was launched in).
+  void set_job_groups(JobGroupFormer* groups) { job_groups_ = groups; }
   // One line for systemd's STATUS=: clients, the job and its operations.
   std::string status_line();
 
@@ -86,6 +91,11 @@ class Daemon {
   void reply_hello_error(ClientSession& client, proto::Status status, const std::string& text);
   void drop(ClientSession& client, const std::string& why);
   size_t progress_formation(ServedJob& served);
+  // Every local rank of the job is here: forms its group if it needs one of its own, then
+  // exchanges the nodes' records over it (job_formation.cpp).
+  void start_formation(ServedJob& served);
+  size_t progress_group(ServedJob& served);
+  void start_exchange(ServedJob& served);
   void send_job_ready(Job& job, proto::Status status, const std::string& text);
   void reap();
   void deep_park();
@@ -154,6 +164,7 @@ class Daemon {
   static constexpr uint64_t kBackingChunkBytes = 64ULL << 20;
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
+  JobGroupFormer* job_groups_ = nullptr;
   std::string lost_peer_;       // why this daemon's group can run no more multi-node jobs
   CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
 };

@@ -2,6 +2,7 @@
 // attached, the daemons exchange one record each over the world, check that they agree on the
 // job, and build the world communicator's layout; then every rank gets its job-ready reply.
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,10 +12,84 @@
 
 #include "conductor/daemon.hpp"
 #include "config/log.hpp"
+#include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/proto/control.hpp"
 
 namespace nodecomm::daemon {
+
+void Daemon::start_formation(ServedJob& served) {
+  Job& job = served.job();
+  job.state = Job::State::kForming;
+  if (one_job_at_a_time() || job.asked_nodes <= 1) return start_exchange(served);
+  // A service daemon: the job's daemons find each other by a name that only the same job of
+  // the same user gives (local rank 0's uid; a job of several uids has one uid at rank 0 on
+  // every node).
+  const ClientSession* first = job.members[0];
+  const std::string key = fmt::format("{}:{}", first != nullptr ? first->cred().uid : 0, job.name);
+  try {
+    served.group_formation = job_groups_->start(key, job.asked_node, job.asked_nodes);
+    served.attach_since_ns = ipc::monotonic_ns();  // the attach deadline bounds the formation
+    NC_LOG(kInfo, "job {}: forming its group of {} nodes (this is node {})", job.name,
+           job.asked_nodes, job.asked_node);
+  } catch (const TransportError& e) {
+    job.state = Job::State::kFailed;
+    send_job_ready(job, proto::Status::kPeerLost,
+                   fmt::format("job '{}' could not form: {}", job.name, e.what()));
+  }
+}
+
+size_t Daemon::progress_group(ServedJob& served) {
+  Job& job = served.job();
+  std::unique_ptr<Transport> group;
+  try {
+    group = job_groups_->poll(served.group_formation);
+  } catch (const TransportError& e) {
+    served.group_formation = 0;
+    job.state = Job::State::kFailed;
+    send_job_ready(job, proto::Status::kPeerLost,
+                   fmt::format("job '{}' could not form: {}", job.name, e.what()));
+    return 1;
+  }
+  if (!group) return 0;
+  served.group_formation = 0;
+  served.attach_since_ns = 0;
+  if (group->node_count() != job.asked_nodes || group->node_index() != job.asked_node) {
+    job.state = Job::State::kFailed;
+    send_job_ready(
+        job, proto::Status::kInternal,
+        fmt::format("job '{}': its group came back as node {} of {}, not node {} of {}", job.name,
+                    group->node_index(), group->node_count(), job.asked_node, job.asked_nodes));
+    return 1;
+  }
+  NC_LOG(kInfo, "job {}: group of {} nodes formed", job.name, job.asked_nodes);
+  served.adopt_group(std::move(group), config_);
+  start_exchange(served);
+  return 1;
+}
+
+void Daemon::start_exchange(ServedJob& served) {
+  // Exchange local counts with the other daemons of the group to place the node's ranks in the
+  // world (world rank = node offset + local rank).
+  Job& job = served.job();
+  Transport& group = served.transport();
+  job.node_index = group.node_index();
+  job.node_count = group.node_count();
+  job.mine = Job::NodeRecord{XXH3_64bits(job.name.data(), job.name.size()), job.local_size,
+                             job.node_index};
+  job.gathered.assign(job.node_count, Job::NodeRecord{});
+  job.gathered[job.node_index] = job.mine;
+  try {
+    // Every node's record to every node, in place (MPI_Iallgatherv over the group).
+    const std::vector<size_t> bytes(job.node_count, sizeof(Job::NodeRecord));
+    std::vector<size_t> displs(job.node_count);
+    for (uint32_t n = 0; n < job.node_count; ++n) displs[n] = n * sizeof(Job::NodeRecord);
+    job.formation = group.start_allgatherv(kAllNodes, job.gathered.data(), bytes, displs);
+  } catch (const TransportError& e) {
+    job.state = Job::State::kFailed;
+    send_job_ready(job, proto::Status::kPeerLost, e.what());
+  }
+}
 
 size_t Daemon::progress_formation(ServedJob& served) {
   Job& job = served.job();

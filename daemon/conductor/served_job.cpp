@@ -7,20 +7,31 @@ namespace nodecomm::daemon {
 ServedJob::ServedJob(std::unique_ptr<Job> job, Transport& group, std::unique_ptr<Transport> owned,
                      const DaemonConfig& config, StagingLedger& ledger, EngineObserver* observer)
     : owned_(std::move(owned)),
-      transport_(group),
+      transport_(&group),
       staging_(-1, config.staging_cache_bytes,
                {config.max_staging_bytes, config.max_staging_per_job_bytes}, &ledger),
-      engine_(transport_, staging_),
+      observer_(observer),
+      engine_(std::make_unique<Engine>(*transport_, staging_)),
       job_(std::move(job)) {
   configure(config);
-  engine_.set_algorithm_in_effect(config.tuning);
-  engine_.set_observer(observer);
+  engine_->set_algorithm_in_effect(config.tuning);
+  engine_->set_observer(observer_);
+}
+
+void ServedJob::adopt_group(std::unique_ptr<Transport> group, const DaemonConfig& config) {
+  engine_.reset();  // it refers to the old group
+  owned_ = std::move(group);
+  transport_ = owned_.get();
+  engine_ = std::make_unique<Engine>(*transport_, staging_);
+  configure(config);
+  engine_->set_algorithm_in_effect(config.tuning);
+  engine_->set_observer(observer_);
 }
 
 void ServedJob::configure(const DaemonConfig& config) {
-  engine_.set_scheduler_tuning(config.sched);
-  engine_.set_limits(config.limits);
-  engine_.set_algorithm_tuning(config.tuning);
+  engine_->set_scheduler_tuning(config.sched);
+  engine_->set_limits(config.limits);
+  engine_->set_algorithm_tuning(config.tuning);
 }
 
 }  // namespace nodecomm::daemon

@@ -23,25 +23,32 @@ class ServedJob {
   // (a one-node job's loopback), destroyed with the job; null when it is the daemon's.
   ServedJob(std::unique_ptr<Job> job, Transport& group, std::unique_ptr<Transport> owned,
             const DaemonConfig& config, StagingLedger& ledger, EngineObserver* observer);
+  // The job's own group of daemons, formed on demand (net/job_groups.hpp), replaces the one it
+  // was made with. Only before the job forms: the engine is made anew over it.
+  void adopt_group(std::unique_ptr<Transport> group, const DaemonConfig& config);
   ServedJob(const ServedJob&) = delete;
   ServedJob& operator=(const ServedJob&) = delete;
 
   Job& job() { return *job_; }
   const Job& job() const { return *job_; }
-  Engine& engine() { return engine_; }
-  const Engine& engine() const { return engine_; }
-  Transport& transport() { return transport_; }
+  Engine& engine() { return *engine_; }
+  const Engine& engine() const { return *engine_; }
+  Transport& transport() { return *transport_; }
   // The daemon's settings changed at run time (nodecommctl set): the job's engine takes them.
   void configure(const DaemonConfig& config);
 
-  // When the attach deadline started counting (0: not yet).
+  // When the attach deadline started counting (0: not yet); it counts again while the job's
+  // group forms.
   uint64_t attach_since_ns = 0;
+  // The formation of the job's group under way (JobGroupFormer::start), 0: none.
+  uint64_t group_formation = 0;
 
  private:
   std::unique_ptr<Transport> owned_;
-  Transport& transport_;
+  Transport* transport_;
   StagingPool staging_;
-  Engine engine_;
+  EngineObserver* observer_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<Job> job_;
 };
 

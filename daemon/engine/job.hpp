@@ -175,6 +175,10 @@ class Job {
   // int8 error feedback: each tensor's residual, by (comm, name, count), bounded.
   FeedbackState residuals;
 
+  // What its ranks said of its nodes (Hello::node_index, node_count; 0 nodes: nothing).
+  uint32_t asked_node = 0;
+  uint32_t asked_nodes = 0;
+
   // Placement, known once the daemons have exchanged their local counts.
   uint32_t node_index = 0;
   uint32_t node_count = 1;

@@ -17,7 +17,7 @@ TEST(Layout, RecordSizesAreStable) {
   EXPECT_EQ(sizeof(Hello), 120u);
   EXPECT_EQ(sizeof(JobTuning), 24u);
   EXPECT_EQ(offsetof(OpDescriptor, compression), 60u);
-  EXPECT_EQ(kLayoutVersion, 6u);
+  EXPECT_EQ(kLayoutVersion, 7u);
 }
 
 TEST(Layout, PositionsSitOnTheirOwnLines) {

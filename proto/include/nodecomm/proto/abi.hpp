@@ -22,7 +22,8 @@ namespace nodecomm::proto {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d4d4f43444f4eULL;  // "NODCOMM1" little-endian
 // 6: the segment is a sealed memfd passed with the hello reply, no longer a /dev/shm name.
-inline constexpr uint32_t kLayoutVersion = 6;
+// 7: the hello carries the job's node index and node count (the service forms groups from them).
+inline constexpr uint32_t kLayoutVersion = 7;
 inline constexpr size_t kLineBytes = 128;
 inline constexpr size_t kTensorNameBytes = 40;
 // Room for a mismatch report that lists every local rank's submission, or a failure that

@@ -14,6 +14,7 @@ inline constexpr uint32_t kControlMagic = 0x4e43544cu;  // "NCTL"
 inline constexpr size_t kJobNameBytes = 64;
 inline constexpr size_t kControlMessageBytes = 256;
 inline constexpr uint32_t kLocalSizeLimit = 1024;
+inline constexpr uint32_t kMaxJobNodes = 65536;  // Hello::node_count
 
 enum class ControlType : uint32_t {
   kHello = 1,           // client → daemon: who I am, what I need
@@ -46,12 +47,17 @@ struct Hello {
   uint32_t layout_version;  // kLayoutVersion the client was built with
   uint32_t local_rank;
   uint32_t local_size;
+  // The job's node this rank runs on and the job's node count (NODECOMM_NODE, NODECOMM_NODES):
+  // how a service daemon knows which daemons form the job. node_count 0: not given (a one-node
+  // job, or daemons launched together for the job, which know their nodes).
+  uint32_t node_index;
+  uint32_t node_count;
   uint32_t reserved;
   uint64_t arena_bytes;     // requested; the daemon may refuse more than its limit
   char job[kJobNameBytes];  // NUL-terminated
   JobTuning tuning;         // the job's overrides of the daemon's scheduling parameters
 };
-static_assert(sizeof(Hello) == 96 + sizeof(JobTuning) && std::is_trivially_copyable_v<Hello>);
+static_assert(sizeof(Hello) == 104 + sizeof(JobTuning) && std::is_trivially_copyable_v<Hello>);
 
 // On kOk the segment comes as one descriptor attached to this message (SCM_RIGHTS): a memfd
 // sealed against shrinking and growing (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) and exactly
