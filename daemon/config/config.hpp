@@ -16,7 +16,12 @@ struct DaemonConfig {
   std::string instance = "default";
   std::string runtime_dir;     // empty: <default runtime base>/<instance>
   std::string cores = "auto";  // hwloc list ("3", "2-3,6"), "auto" or "none"
+  // mpi: one daemon per node of one job, launched together (mpirun); loopback: one node's
+  // jobs only; service: a persistent daemon that forms each multi-node job's group on demand
+  // with the other nodes' service daemons, through the rendezvous server named below.
   std::string transport = "mpi";
+  // The URI file the rendezvous server (ompi-server -r, nodecomm-rendezvous.service) writes.
+  std::string rendezvous = "/run/nodecomm/rendezvous.uri";
   uint64_t default_arena_bytes = 64ULL << 20;
   uint64_t max_arena_bytes = 16ULL << 30;
   uint32_t max_clients = 256;

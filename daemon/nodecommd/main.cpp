@@ -13,6 +13,7 @@
 #include "conductor/notify.hpp"
 #include "config/log.hpp"
 #include "kernels/reduce.hpp"
+#include "net/job_groups.hpp"
 #include "net/transport.hpp"
 #include "nodecommd/affinity.hpp"
 #include "nodecommd/parse_config.hpp"
@@ -57,6 +58,18 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // A service daemon is one node on its own (loopback) that forms a group with other nodes'
+  // service daemons for each multi-node job (net/job_groups.hpp).
+  std::unique_ptr<JobGroupFormer> job_groups;
+  if (config.transport == "service") {
+    try {
+      job_groups = make_mpi_job_groups(&argc, &argv, config.lanes, config.rendezvous);
+    } catch (const std::exception& e) {
+      NC_LOG(kError, "{}", e.what());
+      notifier.status(fmt::format("failed: {}", e.what()));
+      return 2;
+    }
+  }
   std::unique_ptr<Transport> transport = config.transport == "mpi"
                                              ? make_mpi_transport(&argc, &argv, config.lanes)
                                              : make_loopback_transport();
@@ -81,6 +94,7 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     Daemon daemon(config, *transport);
+    daemon.set_job_groups(job_groups.get());
     daemon.start();
     daemon.set_notifier(&notifier);
     notifier.ready(daemon.status_line());
@@ -93,5 +107,6 @@ int main(int argc, char** argv) {
     status = 1;
   }
   transport.reset();  // MPI_Finalize after every client is gone
+  job_groups.reset();
   return status;
 }

@@ -95,8 +95,15 @@ void define_settings(CLI::App& app, Vars& v) {
                  "CPUs to pin the daemon to: a list such as 3 or 2-3 (hwloc syntax), 'auto' (the "
                  "last core of the first NUMA domain) or 'none'")
       ->capture_default_str();
-  app.add_option("--transport", c.transport, "Inter-node transport")
-      ->check(CLI::IsMember({"mpi", "loopback"}))
+  app.add_option("--transport", c.transport,
+                 "Inter-node transport: mpi (daemons launched together for one job), loopback "
+                 "(one node's jobs only) or service (a persistent daemon that forms each "
+                 "multi-node job's group on demand through --rendezvous)")
+      ->check(CLI::IsMember({"mpi", "loopback", "service"}))
+      ->capture_default_str();
+  app.add_option("--rendezvous", c.rendezvous,
+                 "--transport service: the URI file of the rendezvous server (ompi-server -r, run "
+                 "by nodecomm-rendezvous.service); on a cluster a path every node reads")
       ->capture_default_str();
   app.add_option("--default-arena", v.default_arena, "Arena size for clients that ask for none")
       ->capture_default_str();
