@@ -99,6 +99,14 @@ Result resolve_tuning(proto::JobTuning& t) {
     }
     t.fusion_cycle_us = static_cast<int64_t>(value);
   }
+  if (const char* v = env("NODECOMM_JOB_WEIGHT")) {
+    uint32_t weight = 0;
+    if (!parse_u32(v, weight) || weight == 0 || weight > proto::kMaxJobWeight) {
+      return fail(NC_ERR_INVALID_ARGUMENT,
+                  fmt::format("NODECOMM_JOB_WEIGHT '{}' is not 1..{}", v, proto::kMaxJobWeight));
+    }
+    t.weight = static_cast<int32_t>(weight);
+  }
   return Result::ok();
 }
 

@@ -43,7 +43,7 @@ struct Settings {
   double timeout_sec = 300;
   double connect_timeout_sec = 10;
   // NODECOMM_PRIORITY_POLICY, NODECOMM_FUSION, NODECOMM_FUSION_THRESHOLD, NODECOMM_FUSION_CYCLE_US
-  proto::JobTuning tuning{-1, -1, -1, -1};
+  proto::JobTuning tuning{-1, -1, -1, -1, -1, 0};
 };
 
 // Resolves options, then the environment, then defaults.

@@ -52,7 +52,8 @@ Daemon::Daemon(DaemonConfig config, Transport& transport)
     : config_(std::move(config)),
       transport_(transport),
       numa_node_(staging_numa_node(-1)),
-      network_idle_(network_idle_config(config_)) {}
+      network_idle_(network_idle_config(config_)),
+      job_weights_(parse_job_weights(config_.job_weights)) {}
 
 Daemon::~Daemon() {
   if (!ready_path_.empty()) ::unlink(ready_path_.c_str());
@@ -303,6 +304,34 @@ void Daemon::fail_jobs_over(const Transport& group, const std::string& text) {
   }
 }
 
+void Daemon::share_links() {
+  std::vector<ServedJob*> active;
+  uint64_t weights = 0;
+  size_t windows = 0;
+  size_t on_network = 0;
+  for (auto& [name, served] : jobs_) {
+    served->engine().set_window_override(0);
+    const Job& job = served->job();
+    if (job.state != Job::State::kRunning || job.node_count < 2) continue;
+    const size_t bytes = served->bytes_on_network();
+    if (bytes == 0) continue;  // moves nothing between nodes now
+    active.push_back(served.get());
+    weights += served->weight;
+    windows += served->nominal_window();
+    on_network += bytes;
+  }
+  if (active.size() < 2) return;
+  for (ServedJob* served : active) {
+    const size_t fair = static_cast<size_t>(static_cast<double>(windows) * served->weight /
+                                            static_cast<double>(weights));
+    // What the others leave unused may be borrowed; as they take their share back, their
+    // bytes on the network grow and this shrinks to the fair share.
+    const size_t others = on_network - served->bytes_on_network();
+    const size_t unused = windows > others ? windows - others : 0;
+    served->engine().set_window_override(std::max({fair, unused, kMinChunkBytes}));
+  }
+}
+
 void Daemon::check_client_heartbeats(uint64_t now) {
   if (config_.client_timeout_sec <= 0) return;
   const auto timeout_ns = static_cast<uint64_t>(config_.client_timeout_sec * 1e9);
@@ -325,6 +354,7 @@ void Daemon::heartbeat() {
   check_client_heartbeats(now);
   check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
+  share_links();
   // The counters' job section shows the oldest job (a per-job table is to come), and the
   // algorithm parameters in effect are that job's (its rounds may have agreed node 0's).
   ServedJob* shown = nullptr;

@@ -14,6 +14,7 @@
 
 #include "conductor/served_job.hpp"
 #include "config/config.hpp"
+#include "config/job_weights.hpp"
 #include "engine/engine.hpp"
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
@@ -67,6 +68,9 @@ class Daemon {
   // Fails every job running over `group` after one of its daemons was lost.
   void fail_jobs_over(const Transport& group, const std::string& text);
   void end_job(ServedJob& served);
+  // Jobs moving data between nodes at once split this node's link by weight: each gets its
+  // weighted share of their windows together, or more while the others leave it unused.
+  void share_links();
   // --allow-uids / --allow-groups: may this peer join a job that another uid started?
   bool may_join_others(const ClientSession& client) const;
   // Failure notices to and from the other daemons of the job: send_notices hands the engine's
@@ -165,8 +169,9 @@ class Daemon {
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
   JobGroupFormer* job_groups_ = nullptr;
-  std::string lost_peer_;       // why this daemon's group can run no more multi-node jobs
-  CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
+  std::vector<WeightRule> job_weights_;  // parsed config_.job_weights
+  std::string lost_peer_;                // why this daemon's group can run no more multi-node jobs
+  CountersPublisher counters_;           // the counters segment nodecommctl reads (counters.hpp)
 };
 
 }  // namespace nodecomm::daemon

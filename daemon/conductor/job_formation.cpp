@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conductor/daemon.hpp"
+#include "conductor/peer_groups.hpp"
 #include "config/log.hpp"
 #include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
@@ -21,6 +22,10 @@ namespace nodecomm::daemon {
 void Daemon::start_formation(ServedJob& served) {
   Job& job = served.job();
   job.state = Job::State::kForming;
+  if (const ClientSession* first = job.members[0]; first != nullptr) {
+    served.weight = job_weight(job_weights_, first->cred().uid,
+                               peer_groups(first->fd(), first->cred()), job.requested.weight);
+  }
   if (one_job_at_a_time() || job.asked_nodes <= 1) return start_exchange(served);
   // A service daemon: the job's daemons find each other by a name that only the same job of
   // the same user gives (local rank 0's uid; a job of several uids has one uid at rank 0 on

@@ -1,5 +1,6 @@
 #include "conductor/served_job.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace nodecomm::daemon {
@@ -26,6 +27,22 @@ void ServedJob::adopt_group(std::unique_ptr<Transport> group, const DaemonConfig
   configure(config);
   engine_->set_algorithm_in_effect(config.tuning);
   engine_->set_observer(observer_);
+}
+
+size_t ServedJob::nominal_window() const {
+  const SchedulerTuning tuning = with_job_overrides(engine_->scheduler_tuning(), job_->requested);
+  size_t window = 0;
+  for (const auto& [id, comm] : job_->comms) {
+    const size_t nodes = comm->layout().node_count;
+    if (nodes > 1) window = std::max(window, comm->schedule.window(tuning, nodes));
+  }
+  return window;
+}
+
+size_t ServedJob::bytes_on_network() const {
+  size_t bytes = 0;
+  for (const auto& [id, comm] : job_->comms) bytes += comm->schedule.bytes_in_flight.value();
+  return bytes;
 }
 
 void ServedJob::configure(const DaemonConfig& config) {

@@ -42,6 +42,12 @@ class ServedJob {
   uint64_t attach_since_ns = 0;
   // The formation of the job's group under way (JobGroupFormer::start), 0: none.
   uint64_t group_formation = 0;
+  // Its share of the link against other jobs' (config/job_weights.hpp), set when it forms.
+  uint32_t weight = 1;
+  // The largest window of its multi-node communicators and the bytes they have on the
+  // network now (Daemon::share_links).
+  size_t nominal_window() const;
+  size_t bytes_on_network() const;
 
  private:
   std::unique_ptr<Transport> owned_;

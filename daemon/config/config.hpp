@@ -65,6 +65,8 @@ struct DaemonConfig {
   // started; by default a job admits only its first rank's uid.
   std::vector<std::string> allow_uids;
   std::vector<std::string> allow_groups;
+  // Jobs' shares of the link (config/job_weights.hpp): `uid:U=W`, `group:G=W`, `*=W`.
+  std::vector<std::string> job_weights;
   // Members of this group (name or gid) may change settings at run time (nodecommctl set,
   // trace), besides root and the daemon's own uid. Empty: nobody else.
   std::string admin_group;

@@ -195,7 +195,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   const size_t chunk = sched.chunk(tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
       sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
-          std::max(sched.window(tuning, nodes), chunk)) {
+          std::max(window(sched, tuning, nodes), chunk)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
                               now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
@@ -222,6 +222,12 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   return work;
 }
 
+size_t NegotiatedOrder::window(const CommSchedule& sched, const SchedulerTuning& tuning,
+                               size_t nodes) const {
+  const size_t share = engine_.window_override_;
+  return share != 0 ? share : sched.window(tuning, nodes);
+}
+
 void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
   const CommLayout& lay = comm.layout();
@@ -237,7 +243,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
   mine.chunk_bytes = sched.chunk(tuning, lay.node_count);
-  const size_t window = sched.window(tuning, lay.node_count);
+  const size_t window = this->window(sched, tuning, lay.node_count);
   // The room the window will have when the plan arrives: the round overlaps transfers.
   const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();
   mine.room = window - std::min(window, staying);

@@ -171,7 +171,7 @@ class Job {
   State state = State::kAttaching;
   std::string failure;
   // Scheduling overrides from local rank 0's environment (NODECOMM_PRIORITY_POLICY, ...).
-  proto::JobTuning requested{-1, -1, -1, -1};
+  proto::JobTuning requested{-1, -1, -1, -1, -1, 0};
   // int8 error feedback: each tensor's residual, by (comm, name, count), bounded.
   FeedbackState residuals;
 

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "config/job_weights.hpp"
 #include "nodecomm/ipc/byte_size.hpp"
 #include "nodecomm/proto/abi.hpp"
 
@@ -217,6 +218,20 @@ void define_settings(CLI::App& app, Vars& v) {
   app.add_option("--allow-groups", c.allow_groups,
                  "Groups (names or gids) whose members may join a job another uid started")
       ->delimiter(',');
+  app.add_option("--job-weights", c.job_weights,
+                 "Jobs' shares of the node's link when several move data between nodes at once: "
+                 "uid:USER=W, group:GROUP=W or *=W (comma-separated); a job gets the largest "
+                 "weight of a rule for its rank 0's uid or groups, else *'s, else 1, or less if "
+                 "it asks (NODECOMM_JOB_WEIGHT)")
+      ->delimiter(',')
+      ->check([](const std::string& entry) {
+        try {
+          parse_job_weights({entry});
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   app.add_option("--admin-group", c.admin_group,
                  "Group (name or gid) whose members may change settings at run time with "
                  "nodecommctl set and trace, besides root and the daemon's uid");

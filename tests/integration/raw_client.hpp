@@ -77,7 +77,7 @@ class RawClient {
     h.local_size = static_cast<uint32_t>(std::atoi(env_or("NODECOMM_LOCAL_SIZE", "1").c_str()));
     h.arena_bytes = 1 << 20;
     ipc::copy_text(h.job, env_or("NODECOMM_JOB", "default"));
-    h.tuning = proto::JobTuning{-1, -1, -1, -1};
+    h.tuning = proto::JobTuning{-1, -1, -1, -1, -1, 0};
     if (ipc::send_message(fd.get(), &h, sizeof(h)) != ipc::IoResult::kOk) {
       error = "cannot send hello";
       return false;

@@ -14,8 +14,8 @@ TEST(Layout, RecordSizesAreStable) {
   EXPECT_EQ(sizeof(SegmentHeader), 128u);
   EXPECT_EQ(sizeof(RingHeader), 256u);
   EXPECT_EQ(sizeof(Doorbells), 256u);
-  EXPECT_EQ(sizeof(Hello), 120u);
-  EXPECT_EQ(sizeof(JobTuning), 24u);
+  EXPECT_EQ(sizeof(Hello), 136u);
+  EXPECT_EQ(sizeof(JobTuning), 32u);
   EXPECT_EQ(offsetof(OpDescriptor, compression), 60u);
   EXPECT_EQ(kLayoutVersion, 7u);
 }

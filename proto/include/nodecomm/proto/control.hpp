@@ -15,6 +15,7 @@ inline constexpr size_t kJobNameBytes = 64;
 inline constexpr size_t kControlMessageBytes = 256;
 inline constexpr uint32_t kLocalSizeLimit = 1024;
 inline constexpr uint32_t kMaxJobNodes = 65536;  // Hello::node_count
+inline constexpr uint32_t kMaxJobWeight = 1000;  // JobTuning::weight
 
 enum class ControlType : uint32_t {
   kHello = 1,           // client → daemon: who I am, what I need
@@ -38,8 +39,12 @@ struct JobTuning {
   int32_t fusion;                  // 0 off, 1 on, or -1
   int64_t fusion_threshold_bytes;  // or -1
   int64_t fusion_cycle_us;         // or -1
+  // The job's share of each node's link against other jobs' (NODECOMM_JOB_WEIGHT), or -1; the
+  // daemon caps it by its configuration (--job-weights).
+  int32_t weight;
+  int32_t reserved;
 };
-static_assert(sizeof(JobTuning) == 24 && std::is_trivially_copyable_v<JobTuning>);
+static_assert(sizeof(JobTuning) == 32 && std::is_trivially_copyable_v<JobTuning>);
 
 struct Hello {
   uint32_t type;            // kHello
