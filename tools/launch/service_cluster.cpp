@@ -419,6 +419,21 @@ class ServiceCluster {
   int stop_processes(const std::vector<ProcessRef>& refs, int sig,
                      std::vector<std::string>& errors);
   std::vector<std::string> mapped_vader_segments(const std::vector<ProcessRef>& refs) const;
+  // The other live processes of `ref`'s session, and its children (in sessions of their own).
+  static std::vector<ProcessRef> family(const ProcessRef& ref) {
+    std::vector<ProcessRef> found;
+    for (const auto& member : session_members(ref.pid, ref.start_time)) {
+      if (member.pid != ref.pid) found.push_back(member);
+    }
+    for (const auto& [pid, comm] : children_of(ref.pid)) {
+      const auto child = process_ref(pid);
+      if (child && std::none_of(found.begin(), found.end(),
+                                [&](const ProcessRef& f) { return f.pid == pid; })) {
+        found.push_back(*child);
+      }
+    }
+    return found;
+  }
   static void remove_vader_segments(const std::vector<std::string>& names,
                                     std::vector<std::string>& errors);
 
@@ -801,7 +816,7 @@ std::vector<std::string> ServiceCluster::mapped_vader_segments(
   std::vector<std::string> names;
   for (const auto& ref : refs) {
     if (!process_alive(ref)) continue;
-    std::vector<ProcessRef> all = session_members(ref.pid, ref.start_time);
+    std::vector<ProcessRef> all = family(ref);
     all.push_back(ref);
     for (const auto& member : all) {
       for (auto& name : shm_files_mapped_by(member.pid)) {
@@ -835,13 +850,12 @@ int ServiceCluster::stop_processes(const std::vector<ProcessRef>& refs, int sig,
   const auto wait_gone = [&](Clock::time_point until) {
     while (!live().empty() && Clock::now() < until) std::this_thread::sleep_for(kPollInterval);
   };
-  // The sessions' other processes (a singleton's orted) are found while their leaders live.
+  // Their other processes (a singleton's orted, which makes a session of its own) are found
+  // while they live.
   std::vector<ProcessRef> others;
   for (const auto& ref : refs) {
     if (!process_alive(ref)) continue;
-    for (const auto& member : session_members(ref.pid, ref.start_time)) {
-      if (member.pid != ref.pid) others.push_back(member);
-    }
+    for (const auto& member : family(ref)) others.push_back(member);
   }
   int killed = 0;
   if (sig != SIGKILL) {
@@ -854,9 +868,11 @@ int ServiceCluster::stop_processes(const std::vector<ProcessRef>& refs, int sig,
   for (const auto& ref : live()) {
     errors.push_back(fmt::format("pid {} is still running after SIGKILL", ref.pid));
   }
-  // Whatever is left of their sessions, found then or now.
+  // Whatever is left of their sessions, found then or now (their children are orphans by now).
   for (const auto& ref : refs) {
-    for (const auto& member : session_members(ref.pid, ref.start_time)) others.push_back(member);
+    for (const auto& member : session_members(ref.pid, ref.start_time)) {
+      if (member.pid != ref.pid) others.push_back(member);
+    }
   }
   for (const auto& other : others) signal_process(other, SIGKILL);
   const auto until = Clock::now() + kKillTimeout;
