@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "launcher.hpp"
-#include "service_cluster.hpp"
+#include "service_state.hpp"
 
 namespace nodecomm::launch {
 
