@@ -69,7 +69,8 @@ state() { python3 -c "import json; s=json.load(open('$DIR/state.json')); print($
 
 # 1. Up.
 timeout 120 "$LAUNCH" --service up --cluster "$NAME" --nodes 2 --netsim 1gbit \
-  --daemon-arg=--config=none --daemon-arg=--idle=backoff >"$work/up.out" 2>"$work/up.err" ||
+  --daemon-arg=--config=none --daemon-arg=--idle=backoff --daemon-arg=--client-timeout-sec=30 \
+  >"$work/up.out" 2>"$work/up.err" ||
   die "--service up --netsim exited $?: $(cat "$work/up.out" "$work/up.err")"
 cat "$work/up.out" "$work/up.err"
 grep -Eq "^netsim: 2 hosts, link 1gbit, probe [0-9.]+ Mbit/s$" "$work/up.err" &&
