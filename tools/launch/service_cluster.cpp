@@ -13,9 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -118,7 +116,7 @@ std::string alive_text(bool alive) {
 class ServiceCluster {
  public:
   explicit ServiceCluster(const Options& opts) : opts_(opts) {
-    // Ctrl-C, SIGTERM and friends are noticed between steps (interrupted()), so that `up` can
+    // Ctrl-C, SIGTERM and friends are noticed between steps (check_interrupted()), so that `up` can
     // stop what it started; the children get the mask we started with.
     sigemptyset(&handled_);
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&handled_, sig);
