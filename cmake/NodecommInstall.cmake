@@ -3,7 +3,8 @@
 #   lib*/      libnodecomm.so*, pkgconfig/nodecomm.pc, cmake/nodecomm/ (find_package(nodecomm)
 #              -> nodecomm::nodecomm)
 #   include/   nodecomm.h, nodecomm.hpp
-#   lib/systemd/system/nodecommd.service, lib/sysusers.d/nodecomm.conf,
+#   lib/systemd/system/nodecommd.service and nodecomm-rendezvous.service,
+#   lib/sysusers.d/nodecomm.conf,
 #   lib/tmpfiles.d/nodecomm.conf
 #   etc/nodecomm/nodecommd.conf (/etc for the /usr prefix), share/doc/nodecomm/
 # `cpack -G DEB` in the build directory builds the .deb (configure with
@@ -14,6 +15,9 @@ include(CMakePackageConfigHelpers)
 set(NODECOMM_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
     "Where the systemd unit goes (relative to the prefix, or absolute)")
 set(NODECOMM_SYSUSERSDIR "lib/sysusers.d" CACHE STRING "Where the sysusers.d file goes")
+# Open MPI's rendezvous server, which nodecomm-rendezvous.service runs (Debian: openmpi-bin).
+set(NODECOMM_OMPI_SERVER "/usr/bin/ompi-server" CACHE FILEPATH
+    "ompi-server as nodecomm-rendezvous.service runs it (an absolute path on the installed system)")
 set(NODECOMM_TMPFILESDIR "lib/tmpfiles.d" CACHE STRING "Where the tmpfiles.d file goes")
 set(NODECOMM_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/nodecomm" CACHE STRING
     "Where the CMake package files go")

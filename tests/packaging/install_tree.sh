@@ -20,7 +20,8 @@ fi
 PC=$(find "$PREFIX" -name nodecomm.pc | head -1)
 LIBDIR=$(dirname "$(dirname "$PC")")
 for f in bin/nodecommd bin/nodecomm-launch bin/nodecomm-bench bin/nodecommctl include/nodecomm.h include/nodecomm.hpp \
-         lib/systemd/system/nodecommd.service lib/sysusers.d/nodecomm.conf lib/tmpfiles.d/nodecomm.conf \
+         lib/systemd/system/nodecommd.service lib/systemd/system/nodecomm-rendezvous.service \
+         lib/sysusers.d/nodecomm.conf lib/tmpfiles.d/nodecomm.conf \
          etc/nodecomm/nodecommd.conf share/doc/nodecomm/OPERATIONS.md share/doc/nodecomm/README.md \
          share/doc/nodecomm/examples/nodecommd.conf; do
   [ -e "$PREFIX/$f" ] && pass "installed $f" || fail "missing $f"
@@ -31,6 +32,9 @@ for f in libnodecomm.so pkgconfig/nodecomm.pc cmake/nodecomm/nodecommConfig.cmak
 done
 grep -qx "ExecStart=$PREFIX/bin/nodecommd" "$PREFIX/lib/systemd/system/nodecommd.service" &&
   pass "unit runs the installed nodecommd" || fail "unit ExecStart: $(grep ExecStart "$PREFIX/lib/systemd/system/nodecommd.service")"
+grep -qx "ExecStart=/usr/bin/ompi-server --no-daemonize -r /run/nodecomm/rendezvous.uri" \
+  "$PREFIX/lib/systemd/system/nodecomm-rendezvous.service" && pass "rendezvous unit runs ompi-server" ||
+  fail "rendezvous unit ExecStart: $(grep ExecStart "$PREFIX/lib/systemd/system/nodecomm-rendezvous.service")"
 grep -qx "prefix=$PREFIX" "$PC" && pass "nodecomm.pc names the prefix" || fail "nodecomm.pc: $(cat "$PC")"
 grep -rq "$(cd "$BUILD" && pwd)\|/work/" "$LIBDIR/cmake/nodecomm" && fail "CMake package names build paths" ||
   pass "CMake package is relocatable"

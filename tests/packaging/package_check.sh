@@ -27,7 +27,8 @@ for dep in openmpi-bin libopenmpi libhwloc libnuma libxxhash libhwy libfmt libst
 done
 contents=$(dpkg-deb -c "$DEB" | awk '{print $6}')
 for f in ./usr/bin/nodecommd ./usr/bin/nodecomm-launch ./usr/bin/nodecomm-bench ./usr/bin/nodecommctl ./usr/include/nodecomm.h \
-         ./usr/include/nodecomm.hpp ./usr/lib/systemd/system/nodecommd.service ./usr/lib/sysusers.d/nodecomm.conf \
+         ./usr/include/nodecomm.hpp ./usr/lib/systemd/system/nodecommd.service \
+         ./usr/lib/systemd/system/nodecomm-rendezvous.service ./usr/lib/sysusers.d/nodecomm.conf \
          ./usr/lib/tmpfiles.d/nodecomm.conf ./etc/nodecomm/nodecommd.conf; do
   printf '%s\n' "$contents" | grep -qx -- "$f" && pass "holds $f" || fail "no $f in the package"
 done

@@ -1,5 +1,5 @@
-// nodecomm-launch: simulates N nodes on one machine. See options.hpp for the command line and
-// launcher.hpp for what a launch does.
+// nodecomm-launch: simulates N nodes on one machine. See options.hpp for the command line,
+// launcher.hpp for what a launch (and --attach) does and service_cluster.hpp for --service.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -7,6 +7,7 @@
 
 #include "launcher.hpp"
 #include "options.hpp"
+#include "service_cluster.hpp"
 
 namespace {
 
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   ensure_standard_fds();
   auto parsed = nodecomm::launch::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
+  if (parsed.options->service != nodecomm::launch::ServiceAction::kNone) {
+    return nodecomm::launch::run_service(*parsed.options);
+  }
   nodecomm::launch::Launcher launcher(std::move(*parsed.options));
   return launcher.run();
 }

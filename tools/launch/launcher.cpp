@@ -61,7 +61,7 @@ std::string list_text(const std::string& one, const std::string& many,
 Launcher::Launcher(Options options)
     : opts_(std::move(options)),
       self_pid_(::getpid()),
-      job_(fmt::format("launch-{}", self_pid_)),
+      job_(opts_.job.empty() ? fmt::format("launch-{}", self_pid_) : opts_.job),
       start_(Clock::now()),
       deadline_(start_ + std::chrono::seconds(opts_.timeout_s)) {
   sigemptyset(&child_mask_);
@@ -78,7 +78,7 @@ int Launcher::run() {
   const bool mpi = baseline();
   int code = 1;
   try {
-    code = mpi ? run_mpi_job() : run_job();
+    code = mpi ? run_mpi_job() : opts_.attach ? run_attached_job() : run_job();
   } catch (const std::exception& e) {
     write_stderr(fmt::format("nodecomm-launch: {}\n", e.what()));
     try {
@@ -152,10 +152,10 @@ void Launcher::setup() {
   dev_null_ = ipc::Fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
   if (!dev_null_.valid()) throw std::system_error(errno, std::generic_category(), "open /dev/null");
 
-  // --backend mpi or gloo runs no daemons.
-  if (!baseline()) resolve_daemon();
-  mpirun_path_ = find_executable(opts_.mpirun);
-  if (mpirun_path_.empty()) {
+  // --backend mpi or gloo runs no daemons, --attach neither daemons nor mpirun.
+  if (!baseline() && !opts_.attach) resolve_daemon();
+  mpirun_path_ = opts_.attach ? std::string() : find_executable(opts_.mpirun);
+  if (mpirun_path_.empty() && !opts_.attach) {
     throw std::runtime_error(
         fmt::format("--mpirun {}: no such executable file{}", opts_.mpirun,
                     opts_.mpirun.find('/') == std::string::npos ? " in PATH" : ""));
@@ -167,6 +167,7 @@ void Launcher::setup() {
                     opts_.program.front().find('/') == std::string::npos ? " in PATH" : ""));
   }
 
+  if (opts_.attach) return;  // the cluster's runtime directories, not ours (attach_to_cluster)
   // Under /tmp rather than $TMPDIR: socket paths must stay within sun_path's 108 bytes.
   char base[] = "/tmp/nodecomm-launch.XXXXXX";
   if (::mkdtemp(base) == nullptr) {
@@ -177,26 +178,7 @@ void Launcher::setup() {
 }
 
 void Launcher::resolve_daemon() {
-  if (opts_.daemon.empty()) {
-    const std::string dir = self_exe_dir();
-    daemon_path_ = dir.empty() ? std::string() : find_executable(dir + "/nodecommd");
-    if (daemon_path_.empty()) daemon_path_ = find_executable("nodecommd");
-    if (daemon_path_.empty()) {
-      throw std::runtime_error(
-          fmt::format("cannot find nodecommd next to {} or in PATH; pass --daemon",
-                      dir.empty() ? "/proc/self/exe" : dir));
-    }
-  } else {
-    daemon_path_ = find_executable(opts_.daemon);
-    if (daemon_path_.empty()) {
-      throw std::runtime_error(
-          fmt::format("--daemon {}: no such executable file{}", opts_.daemon,
-                      opts_.daemon.find('/') == std::string::npos ? " in PATH" : ""));
-    }
-  }
-  // mpirun would resolve a relative path against its working directory too, but an absolute
-  // one makes --verbose and error output unambiguous.
-  daemon_path_ = std::filesystem::absolute(daemon_path_).lexically_normal().string();
+  daemon_path_ = resolve_nodecommd(opts_.daemon);
 }
 
 bool Launcher::wait_ready() {
@@ -298,7 +280,7 @@ void Launcher::start_ranks() {
         {"NODECOMM_WORLD_RANK_HINT", std::to_string(rank.world)},
         {"NODECOMM_BACKEND", "nodecomm"},
     };
-    if (netsim_) env.emplace_back("NODECOMM_LINK_RATE", netsim_->rate());
+    if (!link_rate_.empty()) env.emplace_back("NODECOMM_LINK_RATE", link_rate_);
     if (oversubscribed() && std::getenv("NODECOMM_IDLE") == nullptr) {
       env.emplace_back("NODECOMM_IDLE", "backoff");
     }
@@ -558,6 +540,8 @@ void Launcher::sweep_leftovers() {
 }
 
 void Launcher::cleanup_files() {
+  // Attached ranks use the cluster's daemons, whose files are theirs until --service down.
+  if (opts_.attach) return;
   std::vector<std::string> errors;
   std::vector<std::string> prefixes;
   for (int node = 0; node < opts_.nodes; ++node) {
@@ -748,6 +732,7 @@ std::string Launcher::instance(int node) const {
 }
 
 std::string Launcher::runtime_dir(int node) const {
+  if (opts_.attach) return attached_dirs_.at(static_cast<size_t>(node));
   return fmt::format("{}/node{}", base_dir_, node);
 }
 

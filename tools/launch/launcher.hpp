@@ -1,4 +1,6 @@
-// One launch: daemons under mpirun, then the ranks, then an orderly (or forced) teardown.
+// One launch: daemons under mpirun, then the ranks, then an orderly (or forced) teardown. With
+// --attach, only the ranks, against the daemons of a running simulated service cluster
+// (service_cluster.hpp), which the launch neither starts nor stops.
 #pragma once
 
 #include <signal.h>
@@ -49,6 +51,10 @@ class Launcher {
   };
 
   int run_job();
+  // --attach: the ranks alone, on the cluster's daemons (launcher_attach.cpp).
+  int run_attached_job();
+  // Reads the cluster's state and checks that the daemons the job uses are running and ready.
+  void attach_to_cluster();
   // --backend mpi or gloo: the ranks under one mpirun, no daemons.
   int run_mpi_job();
   // The ranks are mpirun's own processes (--backend mpi or gloo), not ours to start.
@@ -119,6 +125,12 @@ class Launcher {
   std::string program_path_;
   std::string base_dir_;
   std::unique_ptr<Netsim> netsim_;
+  // NODECOMM_LINK_RATE for the ranks: --netsim's rate, or the attached cluster's.
+  std::string link_rate_;
+  // --attach: each job node's runtime directory (its cluster node's daemon), and how many
+  // daemons the cluster runs on this machine's cores.
+  std::vector<std::string> attached_dirs_;
+  int attached_daemons_ = 0;
 
   sigset_t child_mask_{};  // the mask we started with, restored in every child
   ipc::Fd signal_fd_;

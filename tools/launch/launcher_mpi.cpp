@@ -44,6 +44,7 @@ bool Launcher::start_netsim() {
     return aborting();
   });
   if (!created) return false;
+  link_rate_ = netsim_->rate();
   // The daemons take one slot per host; with --backend mpi or gloo the ranks take them.
   std::vector<int> slots(static_cast<size_t>(opts_.nodes), 1);
   if (baseline()) slots = opts_.ranks_per_node;
@@ -67,7 +68,7 @@ bool Launcher::start_netsim() {
 }
 
 bool Launcher::oversubscribed() const {
-  const int daemons = baseline() ? 0 : opts_.nodes;
+  const int daemons = baseline() ? 0 : opts_.attach ? attached_daemons_ : opts_.nodes;
   return daemons + total_ranks() > online_cpus();
 }
 

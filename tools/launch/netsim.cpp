@@ -125,7 +125,79 @@ void write_file(const std::string& path, const std::string& text, mode_t mode) {
   }
 }
 
+// Runs ip or tc, waits for it, and throws with its output if it fails.
+void run_tool(const std::string& path, const std::vector<std::string>& args,
+              const sigset_t& child_mask) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+  ipc::Fd read_end(fds[0]);
+  ipc::Fd write_end(fds[1]);
+  ipc::Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  std::vector<std::string> argv{path};
+  argv.insert(argv.end(), args.begin(), args.end());
+  SpawnSpec spec;
+  spec.path = path;
+  spec.argv = argv;
+  spec.env = environment_with({{"LC_ALL", "C"}});
+  spec.stdin_fd = dev_null.get();
+  spec.stdout_fd = write_end.get();
+  spec.stderr_fd = write_end.get();
+  spec.parent_death_signal = SIGKILL;
+  spec.signal_mask = child_mask;
+  const pid_t pid = spawn(spec);
+  write_end.reset();
+  std::string output;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(read_end.get(), buf, sizeof(buf));
+    if (n > 0) {
+      output.append(buf, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "waitpid");
+  }
+  if (wait_status_ok(status)) return;
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  for (char& c : output) {
+    if (c == '\n') c = ' ';
+  }
+  throw std::runtime_error(fmt::format("netsim: {} {}{}", shell_join(argv),
+                                       describe_wait_status(status),
+                                       output.empty() ? "" : ": " + output));
+}
+
 }  // namespace
+
+void remove_namespaces(const std::vector<std::string>& names, const sigset_t& child_mask,
+                       std::vector<std::string>& errors) {
+  std::string ip = find_executable("ip");
+  for (const char* dir : {"/usr/sbin/", "/sbin/", "/usr/bin/"}) {
+    if (ip.empty()) ip = find_executable(std::string(dir) + "ip");
+  }
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    if (!namespace_exists(*it)) continue;
+    // Bounded: SIGKILLed processes leave their namespace within milliseconds.
+    for (int round = 0; round < 100; ++round) {
+      const auto inside = processes_in(*it);
+      if (inside.empty()) break;
+      for (const auto& [pid, comm] : inside) ::kill(pid, SIGKILL);
+      ::usleep(50'000);
+    }
+    if (ip.empty()) {
+      errors.push_back(fmt::format("netsim: cannot delete namespace {}: no ip command", *it));
+      continue;
+    }
+    try {
+      run_tool(ip, {"netns", "delete", *it}, child_mask);
+    } catch (const std::exception& e) {
+      errors.emplace_back(e.what());
+    }
+  }
+}
 
 std::optional<double> parse_tc_rate(std::string_view text) {
   double value = 0;
@@ -159,22 +231,30 @@ std::string format_mbit(double bits_per_second) {
 
 Netsim::Netsim(int launcher_pid, int hosts, std::string rate, double bits_per_second,
                const sigset_t& child_mask)
-    : launcher_pid_(launcher_pid),
+    // Only the namespaces see these addresses, so they cannot clash with the machine's own; one
+    // /24 per launcher pid keeps concurrent launches apart in logs and captures too.
+    : Netsim(fmt::format("nc{}", launcher_pid),
+             fmt::format("10.{}.{}.", 64 + ((static_cast<unsigned>(launcher_pid) >> 8U) % 128U),
+                         static_cast<unsigned>(launcher_pid) & 255U),
+             hosts, std::move(rate), bits_per_second, child_mask) {
+  launcher_pid_ = launcher_pid;
+}
+
+Netsim::Netsim(std::string prefix, std::string net_base, int hosts, std::string rate,
+               double bits_per_second, const sigset_t& child_mask)
+    : launcher_pid_(-1),
       hosts_(hosts),
       rate_(std::move(rate)),
       bits_per_second_(bits_per_second),
       child_mask_(child_mask),
-      prefix_(fmt::format("nc{}", launcher_pid)),
-      switch_(prefix_ + "sw") {
+      prefix_(std::move(prefix)),
+      switch_(prefix_ + "sw"),
+      subnet_(net_base + "0/24"),
+      net_base_(std::move(net_base)) {
   if (hosts_ < 1 || hosts_ > kMaxNetsimHosts) {
     throw std::invalid_argument(
         fmt::format("--netsim simulates at most {} hosts, not {}", kMaxNetsimHosts, hosts_));
   }
-  // Only the namespaces see these addresses, so they cannot clash with the machine's own; one
-  // /24 per launcher pid keeps concurrent launches apart in logs and captures too.
-  const auto pid = static_cast<unsigned>(launcher_pid);
-  net_base_ = fmt::format("10.{}.{}.", 64 + ((pid >> 8U) % 128U), pid & 255U);
-  subnet_ = net_base_ + "0/24";
 }
 
 Netsim::~Netsim() {
@@ -324,6 +404,27 @@ std::vector<std::string> Netsim::mpirun_args() const {
   return args;
 }
 
+std::vector<std::pair<std::string, std::string>> Netsim::mca_environment() const {
+  return {{"OMPI_MCA_btl", "tcp,self"},
+          {"OMPI_MCA_btl_tcp_if_include", subnet_},
+          {"OMPI_MCA_oob_tcp_if_include", subnet_},
+          {"OMPI_MCA_btl_tcp_flags", "send,inplace,need-ack,need-csum"}};
+}
+
+std::vector<std::string> Netsim::host_exec_prefix(int host) const {
+  const std::string name = host_name(host);
+  return {ip_path_, "netns",       "exec",
+          name,     unshare_path_, "--uts",
+          "sh",     "-c",          R"(hostname "$0" && exec "$@")",
+          name};
+}
+
+std::vector<std::string> Netsim::namespace_names() const {
+  std::vector<std::string> names{switch_};
+  for (int host = 0; host < hosts_; ++host) names.push_back(host_name(host));
+  return names;
+}
+
 std::vector<std::pair<pid_t, std::string>> Netsim::processes_inside(pid_t ancestor) const {
   std::vector<std::pair<pid_t, std::string>> found;
   for (const auto& name : namespaces_) {
@@ -372,46 +473,7 @@ std::string Netsim::switch_address() const {
 }
 
 void Netsim::run(const std::string& path, const std::vector<std::string>& args) const {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
-  ipc::Fd read_end(fds[0]);
-  ipc::Fd write_end(fds[1]);
-  ipc::Fd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  std::vector<std::string> argv{path};
-  argv.insert(argv.end(), args.begin(), args.end());
-  SpawnSpec spec;
-  spec.path = path;
-  spec.argv = argv;
-  spec.env = environment_with({{"LC_ALL", "C"}});
-  spec.stdin_fd = dev_null.get();
-  spec.stdout_fd = write_end.get();
-  spec.stderr_fd = write_end.get();
-  spec.parent_death_signal = SIGKILL;
-  spec.signal_mask = child_mask_;
-  const pid_t pid = spawn(spec);
-  write_end.reset();
-  std::string output;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::read(read_end.get(), buf, sizeof(buf));
-    if (n > 0) {
-      output.append(buf, static_cast<size_t>(n));
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "waitpid");
-  }
-  if (wait_status_ok(status)) return;
-  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
-  for (char& c : output) {
-    if (c == '\n') c = ' ';
-  }
-  throw std::runtime_error(fmt::format("netsim: {} {}{}", shell_join(argv),
-                                       describe_wait_status(status),
-                                       output.empty() ? "" : ": " + output));
+  run_tool(path, args, child_mask_);
 }
 
 void Netsim::add_namespace(const std::string& name) {

@@ -24,6 +24,11 @@ inline constexpr int kMaxNetsimHosts = 250;
 // positive; percentages are refused, since a veth has no speed to take one of.
 std::optional<double> parse_tc_rate(std::string_view text);
 
+// Kills whatever runs inside the named namespaces (a --service cluster's, after its daemons were
+// stopped) and deletes them, hosts before the switch (the first). Problems go to `errors`.
+void remove_namespaces(const std::vector<std::string>& names, const sigset_t& child_mask,
+                       std::vector<std::string>& errors);
+
 // "955.3" (Mbit/s; three decimals below 1), and the same with " Mbit/s".
 std::string format_mbit_number(double bits_per_second);
 std::string format_mbit(double bits_per_second);
@@ -34,6 +39,11 @@ class Netsim {
   // commands run with.
   Netsim(int launcher_pid, int hosts, std::string rate, double bits_per_second,
          const sigset_t& child_mask);
+  // Namespaces named <prefix>sw and <prefix>h<i> on the subnet <net_base>0/24 (net_base
+  // "a.b.c."), for a simulated cluster that outlives its launcher (--service up): no launcher
+  // pid, so remove_stale() of later launches never takes them for a dead launcher's.
+  Netsim(std::string prefix, std::string net_base, int hosts, std::string rate,
+         double bits_per_second, const sigset_t& child_mask);
   Netsim(const Netsim&) = delete;
   Netsim& operator=(const Netsim&) = delete;
   ~Netsim();
@@ -66,6 +76,17 @@ class Netsim {
   // The Open MPI options every mpirun under --netsim gets (hostfile, agent, interfaces, TCP
   // flags); --timeout, -np and friends are the caller's.
   std::vector<std::string> mpirun_args() const;
+
+  // The Open MPI settings (OMPI_MCA_* variables) of a process on a host outside mpirun, such
+  // as a service daemon's MPI singleton: the same transports and interfaces mpirun_args() gives.
+  std::vector<std::pair<std::string, std::string>> mca_environment() const;
+  // Prefix that runs a command on host `host`: in its namespace, under a UTS namespace of its
+  // own named after it (as the rsh agent does), exec'ing so the pid stays the command's.
+  std::vector<std::string> host_exec_prefix(int host) const;
+  // Every namespace this simulation creates, the switch's first.
+  std::vector<std::string> namespace_names() const;
+  // Keeps the namespaces when this object goes (a --service cluster's stay until `down`).
+  void release() { namespaces_.clear(); }
 
   // Processes inside this launch's namespaces that descend from `ancestor` (orteds, daemons, and
   // the ranks under --backend mpi), with their command names.

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -43,6 +44,7 @@ bool read_proc_stat(pid_t pid, std::string& comm, std::vector<std::string>& fiel
 // Indices into read_proc_stat's fields: proc(5) numbers them from 1, starting at the pid.
 constexpr size_t kStatState = 0;       // field 3
 constexpr size_t kStatPpid = 1;        // field 4
+constexpr size_t kStatSession = 3;     // field 6
 constexpr size_t kStatStartTime = 19;  // field 22
 
 bool executable_file(const std::string& path) {
@@ -81,6 +83,7 @@ pid_t spawn(const SpawnSpec& spec) {
     if (spec.stdin_fd >= 0) ::dup2(spec.stdin_fd, STDIN_FILENO);
     if (spec.stdout_fd >= 0) ::dup2(spec.stdout_fd, STDOUT_FILENO);
     if (spec.stderr_fd >= 0) ::dup2(spec.stderr_fd, STDERR_FILENO);
+    if (spec.close_other_fds) ::close_range(3, ~0U, 0);
     ::sigprocmask(SIG_SETMASK, &spec.signal_mask, nullptr);
     ::execve(spec.path.c_str(), argv.data(), envp.data());
     const int err = errno;
@@ -136,6 +139,40 @@ bool signal_process(const ProcessRef& ref, int sig) {
   const auto now = process_ref(ref.pid);
   if (!now || now->start_time != ref.start_time) return false;
   return ::kill(ref.pid, sig) == 0;
+}
+
+bool process_alive(const ProcessRef& ref) {
+  std::string comm;
+  std::vector<std::string> fields;
+  if (ref.pid <= 0 || !read_proc_stat(ref.pid, comm, fields) || fields.size() <= kStatStartTime) {
+    return false;
+  }
+  if (std::strtoull(fields[kStatStartTime].c_str(), nullptr, 10) != ref.start_time) return false;
+  return fields[kStatState] != "Z" && fields[kStatState] != "X";
+}
+
+std::vector<ProcessRef> session_members(pid_t sid, unsigned long long not_before) {
+  std::vector<ProcessRef> members;
+  if (sid <= 1) return members;
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return members;
+  while (const dirent* entry = ::readdir(dir)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || pid <= 0) continue;
+    std::string comm;
+    std::vector<std::string> fields;
+    if (!read_proc_stat(static_cast<pid_t>(pid), comm, fields) || fields.size() <= kStatStartTime ||
+        fields[kStatState] == "Z") {
+      continue;
+    }
+    if (std::atol(fields[kStatSession].c_str()) != sid) continue;
+    const auto start = std::strtoull(fields[kStatStartTime].c_str(), nullptr, 10);
+    if (start < not_before) continue;
+    members.push_back(ProcessRef{static_cast<pid_t>(pid), start});
+  }
+  ::closedir(dir);
+  return members;
 }
 
 void signal_group(pid_t pgid, int sig) {
@@ -202,6 +239,29 @@ std::string self_exe_dir() {
   std::string exe(buf, static_cast<size_t>(n));
   const size_t slash = exe.rfind('/');
   return slash == std::string::npos ? std::string() : exe.substr(0, slash);
+}
+
+std::string resolve_nodecommd(const std::string& daemon) {
+  std::string path;
+  if (daemon.empty()) {
+    const std::string dir = self_exe_dir();
+    path = dir.empty() ? std::string() : find_executable(dir + "/nodecommd");
+    if (path.empty()) path = find_executable("nodecommd");
+    if (path.empty()) {
+      throw std::runtime_error(
+          fmt::format("cannot find nodecommd next to {} or in PATH; pass --daemon",
+                      dir.empty() ? "/proc/self/exe" : dir));
+    }
+  } else {
+    path = find_executable(daemon);
+    if (path.empty()) {
+      throw std::runtime_error(
+          fmt::format("--daemon {}: no such executable file{}", daemon,
+                      daemon.find('/') == std::string::npos ? " in PATH" : ""));
+    }
+  }
+  // An absolute path makes --verbose, error output and a state file unambiguous.
+  return std::filesystem::absolute(path).lexically_normal().string();
 }
 
 std::vector<std::string> environment_with(

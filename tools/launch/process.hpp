@@ -23,6 +23,9 @@ struct SpawnSpec {
   int stderr_fd = -1;
   int parent_death_signal = 0;  // 0: none
   sigset_t signal_mask;         // the mask the child runs with
+  // Closes every fd above 2 in the child: a detached process (a service daemon that outlives
+  // the launcher) must not hold on to pipes its caller waits on.
+  bool close_other_fds = false;
 };
 
 // Forks and execs `spec`; the child leads its own process group (or session). Throws
@@ -48,6 +51,12 @@ struct ProcessRef {
 std::optional<ProcessRef> process_ref(pid_t pid);
 // Sends `sig` if the process still is the one `ref` names; false if it is gone.
 bool signal_process(const ProcessRef& ref, int sig);
+// True while the process `ref` names runs: it exists with the same start time and is not a
+// zombie (an orphan whose new parent does not reap it still counts as gone).
+bool process_alive(const ProcessRef& ref);
+// Live processes of session `sid` (a setsid leader's pid) started no earlier than
+// `not_before` (the leader's start time, so that a later session with a reused id is not hit).
+std::vector<ProcessRef> session_members(pid_t sid, unsigned long long not_before);
 // kill(-pgid, sig) and kill(pgid, sig); a group that is already gone is not an error.
 void signal_group(pid_t pgid, int sig);
 
@@ -62,6 +71,9 @@ std::vector<std::pair<pid_t, std::string>> children_of(pid_t parent);
 std::string find_executable(const std::string& name);
 // Directory of /proc/self/exe; empty if unreadable.
 std::string self_exe_dir();
+// nodecommd's absolute path: `daemon` (--daemon) if given, else next to the launcher, else from
+// PATH. Throws std::runtime_error saying where it looked.
+std::string resolve_nodecommd(const std::string& daemon);
 
 // The current environment with `overrides` replacing or adding variables.
 std::vector<std::string> environment_with(
