@@ -355,16 +355,18 @@ void Daemon::heartbeat() {
   check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
   share_links();
-  // The counters' job section shows the oldest job (a per-job table is to come), and the
-  // algorithm parameters in effect are that job's (its rounds may have agreed node 0's).
+  // The counters list every job; the algorithm parameters in effect they show are the oldest
+  // job's (its rounds may have agreed node 0's).
   ServedJob* shown = nullptr;
+  std::vector<const Job*> jobs;
+  jobs.reserve(jobs_.size());
   for (auto& [name, served] : jobs_) {
+    jobs.push_back(&served->job());
     if (shown == nullptr || served->job().serial < shown->job().serial) shown = served.get();
   }
   counters_.watch_algorithm(shown != nullptr ? &shown->engine().algorithm_in_effect()
                                              : &config_.tuning);
-  counters_.housekeeping(now, last_work_ns_, shown != nullptr ? &shown->job() : nullptr, clients_,
-                         config_.limits.stall_sec);
+  counters_.housekeeping(now, last_work_ns_, jobs, clients_, config_.limits.stall_sec);
   if (notifier_ != nullptr) notifier_->tick(now, [this] { return status_line(); });
 }
 

@@ -683,7 +683,7 @@ void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit uni
     unit.op_tokens.push_back(comm.ops().at(seq).units_in_flight.acquire());
   }
   if (engine_.observer_ != nullptr)
-    engine_.observer_->unit_started(comm, unit, ipc::monotonic_ns());
+    engine_.observer_->unit_started(job, comm, unit, ipc::monotonic_ns());
   sched.units.push_back(std::move(unit));
 }
 
@@ -715,7 +715,7 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm) {
 
 void NegotiatedOrder::unit_done(Job& job, Communicator& comm, ScheduledUnit& unit) {
   if (engine_.observer_ != nullptr)
-    engine_.observer_->unit_finished(comm, unit, ipc::monotonic_ns());
+    engine_.observer_->unit_finished(job, comm, unit, ipc::monotonic_ns());
   engine_.staging_.release(unit.scratch);
   engine_.staging_.release(unit.buffer);
   for (size_t k = 0; k < unit.seqs.size(); ++k) {

@@ -20,10 +20,11 @@ class EngineObserver {
   // An operation completed (with `status`) for every member of `comm` on this node.
   virtual void op_completed(const Job& job, Communicator& comm, const Operation& op,
                             proto::Status status, uint64_t now_ns) = 0;
-  // A scheduled transfer went on the network, and finished.
-  virtual void unit_started(const Communicator& comm, const ScheduledUnit& unit,
+  // A scheduled transfer of `job` went on the network, and finished.
+  virtual void unit_started(const Job& job, const Communicator& comm, const ScheduledUnit& unit,
                             uint64_t now_ns) = 0;
-  virtual void unit_finished(Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) = 0;
+  virtual void unit_finished(const Job& job, Communicator& comm, const ScheduledUnit& unit,
+                             uint64_t now_ns) = 0;
   // A scheduling round began.
   virtual void round_started() = 0;
   // A small allreduce completed inside a round, every node's part carried in the records.

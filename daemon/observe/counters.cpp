@@ -52,7 +52,7 @@ proto::CountersClientState counters_state(ClientSession::State state) {
   return C::kClosed;
 }
 
-constexpr uint64_t kSnapshotNs = 100'000'000;  // job, clients and operations tables
+constexpr uint64_t kSnapshotNs = 100'000'000;  // jobs, clients and operations tables
 constexpr uint64_t kBusbwNs = 1'000'000'000;   // busbw interval
 
 const char* log_level_name(LogLevel level) {
@@ -112,7 +112,7 @@ void CountersPublisher::open(const DaemonConfig& config, const Transport& transp
     NC_LOG(kWarn, "no counters segment (nodecommctl will not see this daemon): {}", error);
     return;
   }
-  job_scratch_ = std::make_unique<proto::JobSection>();
+  jobs_scratch_ = std::make_unique<proto::JobsSection>();
   clients_scratch_ = std::make_unique<proto::ClientsSection>();
   ops_scratch_ = std::make_unique<proto::OpsSection>();
   params_scratch_ = std::make_unique<proto::ParamsSection>();
@@ -126,6 +126,7 @@ void CountersPublisher::open(const DaemonConfig& config, const Transport& transp
   h.client_slots = proto::kCounterClients;
   h.op_slots = proto::kCounterOps;
   h.param_slots = proto::kCounterParams;
+  h.job_slots = proto::kCounterJobs;
   proto::DaemonInfo& d = seg->daemon;
   d.pid = static_cast<uint64_t>(::getpid());
   d.uid = ::geteuid();
@@ -157,9 +158,13 @@ void CountersPublisher::op_completed(const Job& job, Communicator& comm, const O
       op.first_arrival_ns != 0 && now_ns > op.first_arrival_ns ? now_ns - op.first_arrival_ns : 0;
   proto::CollectiveCounters& cc = seg_->collectives[c];
   proto::Totals& t = seg_->totals;
+  JobTally& tally = tallies_[job.serial];
+  count_formed(job, tally);
+  ++tally.ops_completed;
   counter_add(cc.ops, 1);
   counter_add(t.ops_completed, 1);
   if (status == proto::Status::kOk) {
+    tally.bytes_completed += bytes;
     counter_add(cc.bytes, bytes);
     counter_add(t.bytes_completed, bytes);
     const uint32_t n = comm.layout().size;
@@ -167,6 +172,7 @@ void CountersPublisher::op_completed(const Job& job, Communicator& comm, const O
       interval_bus_bytes_ += static_cast<double>(bytes) * 2.0 * (n - 1) / n;
     }
   } else {
+    ++tally.ops_failed;
     counter_add(cc.errors, 1);
     counter_add(t.ops_failed, 1);
     if (status == proto::Status::kTimeout) counter_add(t.op_timeouts, 1);
@@ -190,12 +196,12 @@ void CountersPublisher::op_completed(const Job& job, Communicator& comm, const O
     e.status = static_cast<uint8_t>(static_cast<int32_t>(status));
     e.ops = 1;
     copy_name(e.name, d.name);
-    trace_.record(e);
+    trace_.record(e, job.serial, job.name);
   }
 }
 
-void CountersPublisher::unit_started(const Communicator& comm, const ScheduledUnit& unit,
-                                     uint64_t now_ns) {
+void CountersPublisher::unit_started(const Job& job, const Communicator& comm,
+                                     const ScheduledUnit& unit, uint64_t now_ns) {
   (void)comm;
   if (!active()) return;
   proto::Totals& t = seg_->totals;
@@ -203,13 +209,13 @@ void CountersPublisher::unit_started(const Communicator& comm, const ScheduledUn
   counter_add(t.sched_unit_bytes, unit.bytes);
   if (unit.kind == ScheduledUnit::Kind::kChunk) counter_add(t.sched_chunks, 1);
   if (unit.kind == ScheduledUnit::Kind::kFused) counter_add(t.sched_fused, 1);
-  trace_.unit_started(unit.handle, now_ns);
+  trace_.unit_started(job.serial, unit.handle, now_ns);
 }
 
-void CountersPublisher::unit_finished(Communicator& comm, const ScheduledUnit& unit,
+void CountersPublisher::unit_finished(const Job& job, Communicator& comm, const ScheduledUnit& unit,
                                       uint64_t now_ns) {
   if (!active() || !trace_.recording()) return;
-  const uint64_t begin = trace_.take_unit_begin(unit.handle);
+  const uint64_t begin = trace_.take_unit_begin(job.serial, unit.handle);
   if (begin == 0 || unit.seqs.empty()) return;
   proto::TraceEvent e{};
   e.begin_ns = begin;
@@ -234,7 +240,7 @@ void CountersPublisher::unit_finished(Communicator& comm, const ScheduledUnit& u
     e.collective = it->second.first().collective;
     copy_name(e.name, it->second.first().name);
   }
-  trace_.record(e);
+  trace_.record(e, job.serial, job.name);
 }
 
 void CountersPublisher::round_started() {
@@ -335,8 +341,9 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   if (changed) counter_add(seg_->totals.settings_changed, 1);
 }
 
-void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns, Job* job,
-                                     const ClientMap& clients, uint32_t stall_sec) {
+void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns,
+                                     std::span<const Job* const> jobs, const ClientMap& clients,
+                                     uint32_t stall_sec) {
   if (!active()) return;
   proto::Liveness& l = seg_->liveness;
   const uint64_t real = realtime_ns();
@@ -354,11 +361,17 @@ void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns,
       t.allreduce != agreed_.allreduce || t.endpoints != agreed_.endpoints) {
     publish_params(config_, false);  // a scheduling round adopted node 0's values
   }
-  snapshot(now_ns, job, clients, stall_sec);
+  snapshot(now_ns, jobs, clients, stall_sec);
 }
 
-void CountersPublisher::snapshot(uint64_t now_ns, Job* job, const ClientMap& clients,
-                                 uint32_t stall_sec) {
+void CountersPublisher::count_formed(const Job& job, JobTally& tally) {
+  if (tally.formed || job.state != Job::State::kRunning) return;
+  tally.formed = true;
+  counter_add(seg_->totals.jobs_formed, 1);
+}
+
+void CountersPublisher::snapshot(uint64_t now_ns, std::span<const Job* const> jobs,
+                                 const ClientMap& clients, uint32_t stall_sec) {
   proto::Totals& t = seg_->totals;
   AlgorithmTally& tally = algorithm_tally();
   // relaxed: independent statistics (AlgorithmTally).
@@ -367,29 +380,54 @@ void CountersPublisher::snapshot(uint64_t now_ns, Job* job, const ClientMap& cli
   counter_store(t.rd_allreduces, tally.rd_allreduces.load(std::memory_order_relaxed));
   counter_store(t.trace_events, trace_.count());
   counter_store(t.tracing, trace_.recording() ? 1 : 0);
-  if (job != formed_job_ && job != nullptr && job->state == Job::State::kRunning) {
-    formed_job_ = job;
-    counter_add(t.jobs_formed, 1);
+  // The oldest job first; a job's tally goes with it.
+  listed_.assign(jobs.begin(), jobs.end());
+  std::erase(listed_, nullptr);
+  std::sort(listed_.begin(), listed_.end(),
+            [](const Job* a, const Job* b) { return a->serial < b->serial; });
+  const uint64_t real = realtime_ns();
+  std::map<uint64_t, JobTally> kept;
+  for (const Job* job : listed_) {
+    JobTally& entry = kept[job->serial];
+    if (const auto it = tallies_.find(job->serial); it != tallies_.end()) entry = it->second;
+    if (entry.started_realtime_ns == 0) entry.started_realtime_ns = real;
+    count_formed(*job, entry);
   }
-  if (job == nullptr) {
-    formed_job_ = nullptr;
-    completed_by_client_.clear();
-  }
+  tallies_ = std::move(kept);
   uint64_t units = 0;
   uint64_t unit_bytes = 0;
-  if (job != nullptr) {
-    for (auto& [id, comm] : job->comms) {
+  std::vector<LiveOp> live;
+  std::vector<size_t> in_flight(listed_.size(), 0);
+  for (size_t j = 0; j < listed_.size(); ++j) {
+    for (const auto& [id, comm] : listed_[j]->comms) {
       units += comm->schedule.units.size();
       unit_bytes += comm->schedule.bytes_in_flight.value();
+      for (const auto& [seq, op] : comm->ops()) {
+        if (op.phase != Operation::Phase::kDone && !op.slots.empty()) {
+          live.push_back({j, comm.get(), &op});
+          ++in_flight[j];
+        }
+      }
     }
   }
   counter_store(t.units_in_flight, units);
   counter_store(t.bytes_in_flight, unit_bytes);
   update_busbw(now_ns);
-  publish_job(job);
-  publish_clients(now_ns, job, clients);
-  publish_ops(now_ns, job, stall_sec);
+  ++snapshot_;
+  if (listed_.size() > proto::kCounterJobs) {
+    // Only the listed jobs have slots; the others' clients and operations say job 0.
+    listed_.resize(proto::kCounterJobs);
+  }
+  publish_jobs(in_flight);
+  publish_clients(now_ns, clients);
+  publish_ops(now_ns, live, stall_sec);
   counter_store(seg_->liveness.snapshot_monotonic_ns, now_ns);
+}
+
+uint32_t CountersPublisher::job_slot(const Job* job) const {
+  if (job == nullptr) return 0;
+  const auto it = std::find(listed_.begin(), listed_.end(), job);
+  return it == listed_.end() ? 0 : static_cast<uint32_t>(it - listed_.begin()) + 1;
 }
 
 void CountersPublisher::update_busbw(uint64_t now_ns) {
@@ -408,41 +446,47 @@ void CountersPublisher::update_busbw(uint64_t now_ns) {
   interval_start_ns_ = now_ns;
 }
 
-void CountersPublisher::publish_job(Job* job) {
-  proto::JobSection& s = *job_scratch_;
-  const uint64_t seq = s.sequence;
-  s = proto::JobSection{};
-  s.sequence = seq;
-  if (job != nullptr) {
-    if (job->name != job_name_) {
-      job_name_ = job->name;
-      job_started_realtime_ns_ = realtime_ns();
-    }
-    ipc::copy_text(s.name, job->name);
-    s.state = static_cast<uint32_t>(job->state) + 1;  // CountersJobState: kNone is 0
-    s.local_size = job->local_size;
-    s.attached = job->attached;
-    s.world_size = job->world_size;
-    s.world_offset = job->world_offset;
-    s.node_index = job->node_index;
-    s.node_count = job->node_count;
-    s.communicators = static_cast<uint32_t>(job->comms.size());
-    s.started_realtime_ns = job_started_realtime_ns_;
-    for (const ClientSession* member : job->members) {
+void CountersPublisher::publish_jobs(const std::vector<size_t>& in_flight) {
+  proto::JobsSection& s = *jobs_scratch_;
+  s.snapshot = snapshot_;
+  s.count = 0;
+  s.total = static_cast<uint32_t>(tallies_.size());
+  for (size_t j = 0; j < listed_.size(); ++j) {
+    const Job& job = *listed_[j];
+    const JobTally& tally = tallies_[job.serial];
+    proto::JobSlot& slot = s.slots[s.count++];
+    slot = proto::JobSlot{};
+    slot.serial = job.serial;
+    ipc::copy_text(slot.name, job.name);
+    slot.state = static_cast<uint32_t>(job.state) + 1;  // CountersJobState: kNone is 0
+    slot.local_size = job.local_size;
+    slot.attached = job.attached;
+    slot.world_size = job.world_size;
+    slot.world_offset = job.world_offset;
+    slot.node_index = job.node_index;
+    slot.node_count = job.node_count;
+    slot.communicators = static_cast<uint32_t>(job.comms.size());
+    slot.owner_uid = proto::kNoOwner;
+    slot.ops_in_flight = static_cast<uint32_t>(in_flight[j]);
+    slot.started_realtime_ns = tally.started_realtime_ns;
+    for (const ClientSession* member : job.members) {  // by local rank: rank 0's first
       if (member == nullptr) continue;
+      if (slot.owner_uid == proto::kNoOwner) slot.owner_uid = member->cred().uid;
       uint64_t posted = 0;
       for (const auto& [comm, next] : member->next_seq) posted += next - 1;
-      s.ops_posted = std::max(s.ops_posted, posted);
+      slot.ops_posted = std::max(slot.ops_posted, posted);
     }
-    ipc::copy_text(s.failure, job->failure);
-  } else {
-    job_name_.clear();
+    slot.ops_completed = tally.ops_completed;
+    slot.ops_failed = tally.ops_failed;
+    slot.bytes_completed = tally.bytes_completed;
+    ipc::copy_text(slot.failure, job.failure);
   }
-  proto::seqlock_write(seg_->job, s);
+  proto::seqlock_write(seg_->jobs, s);
 }
 
-void CountersPublisher::publish_clients(uint64_t now_ns, Job* job, const ClientMap& clients) {
+void CountersPublisher::publish_clients(uint64_t now_ns, const ClientMap& clients) {
   proto::ClientsSection& s = *clients_scratch_;
+  s.snapshot = snapshot_;
   s.count = 0;
   s.total = static_cast<uint32_t>(clients.size());
   uint64_t submission_backlog = 0;
@@ -479,7 +523,7 @@ void CountersPublisher::publish_clients(uint64_t now_ns, Job* job, const ClientM
     slot.pid = static_cast<uint32_t>(c.cred().pid);
     slot.uid = c.cred().uid;
     slot.gid = c.cred().gid;
-    slot.in_job = c.job != nullptr && c.job == job ? 1 : 0;
+    slot.job = job_slot(c.job);
     slot.connected_monotonic_ns = seen[id];
     slot.heartbeat_monotonic_ns = heartbeat;
     slot.last_seen_monotonic_ns = act.seen_ns;
@@ -490,6 +534,8 @@ void CountersPublisher::publish_clients(uint64_t now_ns, Job* job, const ClientM
     slot.completion_backlog = c.backlog();
   }
   std::erase_if(activity_, [&](const auto& entry) { return seen.count(entry.first) == 0; });
+  std::erase_if(completed_by_client_,
+                [&](const auto& entry) { return seen.count(entry.first) == 0; });
   connected_ns_ = std::move(seen);
   counter_store(seg_->totals.clients, clients.size());
   counter_store(seg_->totals.submission_backlog, submission_backlog);
@@ -497,31 +543,22 @@ void CountersPublisher::publish_clients(uint64_t now_ns, Job* job, const ClientM
   proto::seqlock_write(seg_->clients, s);
 }
 
-void CountersPublisher::publish_ops(uint64_t now_ns, Job* job, uint32_t stall_sec) {
+void CountersPublisher::publish_ops(uint64_t now_ns, std::vector<LiveOp>& live,
+                                    uint32_t stall_sec) {
   proto::OpsSection& s = *ops_scratch_;
+  s.snapshot = snapshot_;
   s.count = 0;
-  s.total = 0;
-  std::vector<std::pair<Communicator*, const Operation*>> live;
-  if (job != nullptr) {
-    for (auto& [id, comm] : job->comms) {
-      for (const auto& [seq, op] : comm->ops()) {
-        if (op.phase != Operation::Phase::kDone && !op.slots.empty()) {
-          live.emplace_back(comm.get(), &op);
-        }
-      }
-    }
-  }
   s.total = static_cast<uint32_t>(live.size());
   const size_t listed = std::min<size_t>(live.size(), proto::kCounterOps);
-  // The oldest first: they are the ones somebody is waiting for.
+  // The oldest first, whichever job: they are the ones somebody is waiting for.
   std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(listed), live.end(),
-                    [](const auto& a, const auto& b) {
-                      return a.second->first_arrival_ns < b.second->first_arrival_ns;
+                    [](const LiveOp& a, const LiveOp& b) {
+                      return a.op->first_arrival_ns < b.op->first_arrival_ns;
                     });
   const uint64_t stall_ns = uint64_t{stall_sec} * 1'000'000'000ull;
   for (size_t i = 0; i < listed; ++i) {
-    Communicator& comm = *live[i].first;
-    const Operation& op = *live[i].second;
+    Communicator& comm = *live[i].comm;
+    const Operation& op = *live[i].op;
     const CommLayout& lay = comm.layout();
     const proto::OpDescriptor& d = op.first();
     proto::OpSlot& slot = s.slots[s.count++];
@@ -535,6 +572,7 @@ void CountersPublisher::publish_ops(uint64_t now_ns, Job* job, uint32_t stall_se
     slot.phase = static_cast<uint8_t>(op.phase);
     slot.arrived = op.arrived;
     slot.local_members = comm.local_size();
+    slot.job = live[i].job < listed_.size() ? static_cast<uint32_t>(live[i].job) + 1 : 0;
     slot.stalled = op.stall_reported || (stall_sec > 0 && now_ns > op.first_arrival_ns &&
                                          now_ns - op.first_arrival_ns >= stall_ns)
                        ? 1

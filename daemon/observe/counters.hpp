@@ -1,15 +1,16 @@
 // The daemon's side of the counters segment (proto/counters.hpp): creates
-// /dev/shm/nodecomm.<instance>.counters, counts what the engine does through one-line hooks,
-// and rewrites the snapshot sections (job, clients, operations in flight) from the
-// housekeeping pass. Everything runs on the daemon's single thread; the segment has one
-// writer. If the segment cannot be created the daemon serves on without it (a warning says
-// why) and every hook is a no-op.
+// /dev/shm/nodecomm.<instance>.counters, counts what the engines do through one-line hooks
+// (one publisher watches every job's engine; each hook names its job), and rewrites the
+// snapshot sections (jobs, clients, operations in flight) from the housekeeping pass.
+// Everything runs on the daemon's single thread; the segment has one writer. If the segment cannot
+// be created the daemon serves on without it (a warning says why) and every hook is a no-op.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,10 @@ class CountersPublisher final : public EngineObserver {
   // Engine hooks.
   void op_completed(const Job& job, Communicator& comm, const Operation& op, proto::Status status,
                     uint64_t now_ns) override;
-  void unit_started(const Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
-  void unit_finished(Communicator& comm, const ScheduledUnit& unit, uint64_t now_ns) override;
+  void unit_started(const Job& job, const Communicator& comm, const ScheduledUnit& unit,
+                    uint64_t now_ns) override;
+  void unit_finished(const Job& job, Communicator& comm, const ScheduledUnit& unit,
+                     uint64_t now_ns) override;
   void round_started() override;
   void eager_completed() override;
   void stall_reported() override;
@@ -56,17 +59,37 @@ class CountersPublisher final : public EngineObserver {
   void admin_request(bool refused);
   // The settings table: after start and after every accepted `set` (`changed`).
   void publish_params(const DaemonConfig& config, bool changed);
-  // Liveness on every call; the snapshot sections and busbw at most every 100 ms.
-  void housekeeping(uint64_t now_ns, uint64_t last_progress_ns, Job* job, const ClientMap& clients,
-                    uint32_t stall_sec);
+  // Liveness on every call; the snapshot sections and busbw at most every 100 ms. `jobs`:
+  // every job the daemon serves, in any order.
+  void housekeeping(uint64_t now_ns, uint64_t last_progress_ns, std::span<const Job* const> jobs,
+                    const ClientMap& clients, uint32_t stall_sec);
 
   TraceRecorder& trace() { return trace_; }
 
  private:
-  void snapshot(uint64_t now_ns, Job* job, const ClientMap& clients, uint32_t stall_sec);
-  void publish_job(Job* job);
-  void publish_clients(uint64_t now_ns, Job* job, const ClientMap& clients);
-  void publish_ops(uint64_t now_ns, Job* job, uint32_t stall_sec);
+  // An operation in flight, and its job's place in `listed_`.
+  struct LiveOp {
+    size_t job;
+    Communicator* comm;
+    const Operation* op;
+  };
+  // What the publisher keeps of a job between snapshots, by serial.
+  struct JobTally {
+    uint64_t ops_completed = 0;
+    uint64_t ops_failed = 0;
+    uint64_t bytes_completed = 0;
+    uint64_t started_realtime_ns = 0;
+    bool formed = false;  // counted in Totals::jobs_formed
+  };
+
+  void snapshot(uint64_t now_ns, std::span<const Job* const> jobs, const ClientMap& clients,
+                uint32_t stall_sec);
+  void count_formed(const Job& job, JobTally& tally);
+  void publish_jobs(const std::vector<size_t>& in_flight);
+  void publish_clients(uint64_t now_ns, const ClientMap& clients);
+  void publish_ops(uint64_t now_ns, std::vector<LiveOp>& live, uint32_t stall_sec);
+  // The slot of `job` in the jobs section + 1; 0 when it is not listed (or null).
+  uint32_t job_slot(const Job* job) const;
   void update_busbw(uint64_t now_ns);
 
   ipc::NamedShm shm_;
@@ -78,8 +101,11 @@ class CountersPublisher final : public EngineObserver {
   AlgorithmTuning agreed_;  // the tuning in effect as last published
   const AlgorithmTuning* in_effect_ = nullptr;
   uint64_t generation_ = 0;
-  const Job* formed_job_ = nullptr;
-  // Completions per client id in the current job, and when each client was first seen.
+  uint64_t snapshot_ = 0;  // JobsSection::snapshot
+  std::map<uint64_t, JobTally> tallies_;
+  // The jobs of the last snapshot, oldest first: slot i of the jobs section is listed_[i].
+  std::vector<const Job*> listed_;
+  // Completions per client id, and when each client was first seen.
   std::map<uint32_t, uint64_t> completed_by_client_;
   std::map<uint32_t, uint64_t> connected_ns_;
   struct ClientActivity {
@@ -87,14 +113,12 @@ class CountersPublisher final : public EngineObserver {
     uint64_t seen_ns = 0;
   };
   std::map<uint32_t, ClientActivity> activity_;
-  std::string job_name_;
-  uint64_t job_started_realtime_ns_ = 0;
   // busbw: bus bytes (bytes x 2(n-1)/n) of allreduces completed since the interval began.
   double interval_bus_bytes_ = 0;
   uint64_t interval_start_ns_ = 0;
   double busbw_ewma_ = 0;
   // Private copies of the seqlocked sections, rewritten then copied out whole.
-  std::unique_ptr<proto::JobSection> job_scratch_;
+  std::unique_ptr<proto::JobsSection> jobs_scratch_;
   std::unique_ptr<proto::ClientsSection> clients_scratch_;
   std::unique_ptr<proto::OpsSection> ops_scratch_;
   std::unique_ptr<proto::ParamsSection> params_scratch_;

@@ -34,15 +34,19 @@ std::string TraceRecorder::start(const std::string& shm_name, const std::string&
   }
   capacity = std::clamp<uint64_t>(capacity, 1, kMaxEvents);
   header_ = nullptr;
+  jobs_ = nullptr;
   events_ = nullptr;
-  const size_t bytes = sizeof(proto::TraceHeader) + capacity * sizeof(proto::TraceEvent);
+  const size_t bytes = sizeof(proto::TraceHeader) + proto::kTraceJobs * sizeof(proto::TraceJob) +
+                       capacity * sizeof(proto::TraceEvent);
   if (std::string error = shm_.create(shm_name, bytes, reader_gid); !error.empty()) return error;
   header_ = static_cast<proto::TraceHeader*>(shm_.data());
-  events_ = reinterpret_cast<proto::TraceEvent*>(header_ + 1);
+  jobs_ = reinterpret_cast<proto::TraceJob*>(header_ + 1);
+  events_ = reinterpret_cast<proto::TraceEvent*>(jobs_ + proto::kTraceJobs);
   capacity_ = capacity;
   count_ = 0;
   dropped_ = 0;
   unit_begin_.clear();
+  jobs_seen_.clear();
   header_->magic = proto::kTraceMagic;
   header_->state = 1;
   header_->capacity = capacity;
@@ -68,8 +72,23 @@ void TraceRecorder::stop() {
   std::atomic_ref<uint32_t>(header_->state).store(2, std::memory_order_release);
 }
 
-void TraceRecorder::record(const proto::TraceEvent& event) {
+void TraceRecorder::record(proto::TraceEvent event, uint64_t job, const std::string& job_name) {
   if (!recording()) return;
+  event.job = static_cast<uint32_t>(job);
+  if (jobs_seen_.insert(job).second) {
+    const uint32_t n = header_->jobs;
+    if (n < proto::kTraceJobs) {
+      proto::TraceJob entry{};
+      entry.serial = job;
+      ipc::copy_text(entry.name, job_name);
+      jobs_[n] = entry;
+      // release: the entry is visible before the count that includes it.
+      std::atomic_ref<uint32_t>(header_->jobs).store(n + 1, std::memory_order_release);
+    } else {
+      std::atomic_ref<uint32_t>(header_->jobs_dropped)
+          .store(header_->jobs_dropped + 1, std::memory_order_relaxed);
+    }
+  }
   if (count_ == capacity_) {
     ++dropped_;
     proto::counter_store(header_->dropped, dropped_);
@@ -81,8 +100,8 @@ void TraceRecorder::record(const proto::TraceEvent& event) {
   std::atomic_ref<uint64_t>(header_->count).store(count_, std::memory_order_release);
 }
 
-uint64_t TraceRecorder::take_unit_begin(uint64_t handle) {
-  const auto it = unit_begin_.find(handle);
+uint64_t TraceRecorder::take_unit_begin(uint64_t job, uint64_t handle) {
+  const auto it = unit_begin_.find({job, handle});
   if (it == unit_begin_.end()) return 0;
   const uint64_t begin = it->second;
   unit_begin_.erase(it);

@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "nodecomm/ipc/fixed_text.hpp"
+#include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/proto/types.hpp"
 #include "reader.hpp"
@@ -24,6 +26,7 @@ namespace {
 struct Options {
   std::string instance;
   std::string runtime_dir;
+  std::string job;  // --job NAME: only that job's rows
   bool json = false;
   double watch = 0;
   uint64_t count = 0;
@@ -58,6 +61,12 @@ Snapshot read_instance(const Options& o) {
                     s.instance(), name, s.daemon.pid));
   }
   return s;
+}
+
+// The selected instance, narrowed to --job's job when one is given.
+Snapshot read_selected(const Options& o) {
+  Snapshot s = read_instance(o);
+  return o.job.empty() ? s : only_job(s, o.job);
 }
 
 int cmd_list(const Options& o) {
@@ -163,8 +172,43 @@ int cmd_trace_start(const Options& o) {
   return 0;
 }
 
+// The serials of the jobs called `name` in the trace and among the jobs served now (a job
+// may have started after the trace's last event, or ended before trace stop).
+std::set<uint32_t> traced_serials(const Snapshot& s, const TraceData& trace,
+                                  const std::string& name) {
+  std::set<uint32_t> serials;
+  for (const proto::TraceJob& j : trace.jobs) {
+    if (name_matches(j.name, name)) serials.insert(static_cast<uint32_t>(j.serial));
+  }
+  for (uint32_t i = 0; i < s.jobs.count; ++i) {
+    if (name_matches(s.jobs.slots[i].name, name)) {
+      serials.insert(static_cast<uint32_t>(s.jobs.slots[i].serial));
+    }
+  }
+  return serials;
+}
+
 int cmd_trace_stop(const Options& o) {
   const Snapshot s = read_instance(o);
+  const std::string shm = ipc::trace_shm_name(s.instance());
+  if (!o.job.empty()) {
+    // A job nobody knows is refused before the trace is stopped, so it can be stopped again.
+    TraceData so_far;
+    try {
+      so_far = read_trace(shm);
+    } catch (const RuntimeError&) {
+      // No trace (yet): the jobs served now decide, and the stop below says what is wrong.
+    }
+    if (traced_serials(s, so_far, o.job).empty()) {
+      std::string traced;
+      for (const proto::TraceJob& j : so_far.jobs) {
+        traced += fmt::format("{}'{}'", traced.empty() ? "" : ", ", ipc::printable_text(j.name));
+      }
+      throw RuntimeError(fmt::format(
+          "trace stop: instance '{}' has no job '{}'; its jobs: {}; jobs in the trace: {}",
+          s.instance(), ipc::printable(o.job), job_names(s), traced.empty() ? "none" : traced));
+    }
+  }
   // Open FILE first: once stopped, the buffer waits for us only until the next trace start.
   std::ofstream out;
   if (o.file != "-") {
@@ -175,7 +219,11 @@ int cmd_trace_stop(const Options& o) {
     }
   }
   admin(s, proto::AdminVerb::kTraceStop, "", "", "trace stop");
-  const TraceData trace = read_trace(ipc::trace_shm_name(s.instance()));
+  TraceData trace = read_trace(shm);
+  if (!o.job.empty()) {
+    const std::set<uint32_t> keep = traced_serials(s, trace, o.job);
+    std::erase_if(trace.events, [&](const proto::TraceEvent& e) { return keep.count(e.job) == 0; });
+  }
   const std::string text = chrome_trace(trace).dump() + "\n";
   if (o.file == "-") {
     print(text);
@@ -184,10 +232,13 @@ int cmd_trace_stop(const Options& o) {
   out << text;
   out.close();
   if (!out) throw RuntimeError(fmt::format("trace stop: writing {} failed", o.file));
-  const std::string summary = fmt::format("{}: wrote {} events to {} ({} dropped)", s.instance(),
-                                          trace.events.size(), o.file, trace.header.dropped);
+  const std::string summary =
+      fmt::format("{}: wrote {} events{} to {} ({} dropped)", s.instance(), trace.events.size(),
+                  o.job.empty() ? "" : fmt::format(" of job '{}'", ipc::printable(o.job)), o.file,
+                  trace.header.dropped);
   o.json ? print_json(Json{{"instance", s.instance()},
                            {"file", o.file},
+                           {"job", o.job.empty() ? Json(nullptr) : Json(ipc::printable(o.job))},
                            {"events", trace.events.size()},
                            {"dropped", trace.header.dropped}})
          : print(summary + "\n");
@@ -197,16 +248,24 @@ int cmd_trace_stop(const Options& o) {
 int cmd_metrics(const Options& o) {
   std::vector<Snapshot> snapshots;
   if (o.all) {
+    std::string jobs;  // every instance's, for the message when none serves --job's
     for (const std::string& name : list_counters_names()) {
       try {
         Snapshot s = CountersView(name).read();
-        if (s.alive) snapshots.push_back(std::move(s));
+        if (!s.alive) continue;
+        jobs += fmt::format("{}{}: {}", jobs.empty() ? "" : "; ", s.instance(), job_names(s));
+        if (!o.job.empty()) s = only_job(s, o.job);
+        snapshots.push_back(std::move(s));
       } catch (const RuntimeError&) {
-        // An unreadable or half-built segment is not exported.
+        // An unreadable or half-built segment is not exported, nor one without the job.
       }
     }
+    if (!o.job.empty() && snapshots.empty()) {
+      throw RuntimeError(fmt::format("no instance on this node serves job '{}' ({})",
+                                     ipc::printable(o.job), jobs.empty() ? "none runs" : jobs));
+    }
   } else {
-    snapshots.push_back(read_instance(o));
+    snapshots.push_back(read_selected(o));
   }
   if (o.json) {  // the same numbers as `counters --json`, one object per instance
     Json all = Json::array();
@@ -226,6 +285,9 @@ int run(int argc, char** argv) {
       "admin-group).",
       "nodecommctl");
   app.require_subcommand(1);
+  // An option a command does not have goes to nodecommctl's own (`counters --job a` is then
+  // refused below with a word on who takes it).
+  app.fallthrough();
   Options o;
   const auto common = [&](CLI::App* sub) {
     sub->add_option("--instance", o.instance,
@@ -236,12 +298,20 @@ int run(int argc, char** argv) {
     sub->add_flag("--json", o.json, "Print JSON instead of text");
     return sub;
   };
+  const auto job_filter = [&](CLI::App* sub) {
+    sub->add_option("--job", o.job,
+                    "Only this job's rows (its name as given to the ranks, or as printed)");
+    return sub;
+  };
   // Before the command too: `nodecommctl --instance X status` as well as `... status --instance X`.
-  common(&app);
+  job_filter(common(&app));
   common(app.add_subcommand("list", "Instances on this node (from /dev/shm)"));
-  common(app.add_subcommand("status", "Daemon, job, liveness, totals and settings"));
-  common(app.add_subcommand("clients", "Attached clients: ranks, pids, heartbeat, ops"));
-  common(app.add_subcommand("ops", "Operations in flight, oldest first, and whom they wait for"));
+  job_filter(common(app.add_subcommand("status", "Daemon, jobs, liveness, totals and settings")));
+  job_filter(common(app.add_subcommand("jobs", "The jobs served: ranks, owner, operations, age")));
+  job_filter(
+      common(app.add_subcommand("clients", "Attached clients: ranks, pids, heartbeat, ops")));
+  job_filter(common(
+      app.add_subcommand("ops", "Operations in flight, oldest first, and whom they wait for")));
   CLI::App* counters =
       common(app.add_subcommand("counters", "Counters and latency per collective"));
   counters->add_option("--watch", o.watch,
@@ -252,14 +322,16 @@ int run(int argc, char** argv) {
   CLI::App* set = common(app.add_subcommand("set", "Change a setting at run time"));
   set->add_option("KEY", o.key, "Setting name (chunk-size, log-level, ...)")->required();
   set->add_option("VALUE", o.value, "New value, as on nodecommd's command line")->required();
-  CLI::App* metrics = common(app.add_subcommand("metrics", "Prometheus text exposition"));
+  CLI::App* metrics =
+      job_filter(common(app.add_subcommand("metrics", "Prometheus text exposition")));
   metrics->add_flag("--all", o.all, "Every running instance on this node");
   CLI::App* trace = app.add_subcommand("trace", "Record a Chrome trace-event timeline");
   trace->require_subcommand(1);
   CLI::App* trace_start = common(trace->add_subcommand("start", "Start recording in the daemon"));
   trace_start->add_option("--events", o.events, "Buffer capacity in events (default 65536)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 20));
-  CLI::App* trace_stop = common(trace->add_subcommand("stop", "Stop and write FILE ('-': stdout)"));
+  CLI::App* trace_stop =
+      job_filter(common(trace->add_subcommand("stop", "Stop and write FILE ('-': stdout)")));
   trace_stop->add_option("FILE", o.file, "Chrome trace-event JSON file")->required();
   try {
     app.parse(argc, argv);
@@ -273,19 +345,31 @@ int run(int argc, char** argv) {
   }
   const CLI::App* sub = app.get_subcommands().front();
   const std::string name = sub->get_name();
+  const bool filters = name == "status" || name == "jobs" || name == "clients" || name == "ops" ||
+                       name == "metrics" || (name == "trace" && trace_stop->parsed());
+  if (!o.job.empty() && !filters) {
+    throw UsageError(fmt::format(
+        "--job: {} does not take it (status, jobs, clients, ops, metrics and trace stop do)",
+        name == "trace" ? "trace start" : name));
+  }
   if (name == "list") return cmd_list(o);
   if (name == "status") {
-    const Snapshot s = read_instance(o);
+    const Snapshot s = read_selected(o);
     o.json ? print_json(status_json(s)) : print(status_text(s));
     return 0;
   }
+  if (name == "jobs") {
+    const Snapshot s = read_selected(o);
+    o.json ? print_json(jobs_json(s)) : print(jobs_text(s));
+    return 0;
+  }
   if (name == "clients") {
-    const Snapshot s = read_instance(o);
+    const Snapshot s = read_selected(o);
     o.json ? print_json(clients_json(s)) : print(clients_text(s));
     return 0;
   }
   if (name == "ops") {
-    const Snapshot s = read_instance(o);
+    const Snapshot s = read_selected(o);
     o.json ? print_json(ops_json(s)) : print(ops_text(s));
     return 0;
   }

@@ -16,6 +16,7 @@
 #include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/named_shm.hpp"
+#include "nodecomm/ipc/printable.hpp"
 #include "nodecomm/ipc/runtime_paths.hpp"
 #include "nodecomm/ipc/socket.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -83,6 +84,59 @@ std::string Snapshot::param(const std::string& key) const {
   return {};
 }
 
+const proto::JobSlot* Snapshot::job(uint32_t slot_plus_one) const {
+  return slot_plus_one == 0 || slot_plus_one > jobs.count ? nullptr
+                                                          : &jobs.slots[slot_plus_one - 1];
+}
+
+std::string Snapshot::job_name(uint32_t slot_plus_one) const {
+  const proto::JobSlot* j = job(slot_plus_one);
+  return j == nullptr ? std::string() : ipc::printable_text(j->name);
+}
+
+bool name_matches(const char (&field)[proto::kCounterNameBytes], const std::string& name) {
+  return ipc::bounded_text(field) == name || ipc::printable_text(field) == name;
+}
+
+std::string job_names(const Snapshot& s) {
+  std::string names;
+  for (uint32_t i = 0; i < s.jobs.count; ++i) {
+    names +=
+        fmt::format("{}'{}'", names.empty() ? "" : ", ", ipc::printable_text(s.jobs.slots[i].name));
+  }
+  return names.empty() ? "none" : names;
+}
+
+Snapshot only_job(const Snapshot& s, const std::string& name) {
+  uint32_t found = 0;
+  for (uint32_t i = 0; i < s.jobs.count && found == 0; ++i) {
+    if (name_matches(s.jobs.slots[i].name, name)) found = i + 1;
+  }
+  if (found == 0) {
+    throw RuntimeError(fmt::format("instance '{}' serves no job '{}'; its jobs: {}", s.instance(),
+                                   ipc::printable(name), job_names(s)));
+  }
+  Snapshot out = s;
+  out.jobs.count = 1;
+  out.jobs.total = 1;
+  out.jobs.slots[0] = s.jobs.slots[found - 1];
+  out.clients.count = 0;
+  for (uint32_t i = 0; i < s.clients.count; ++i) {
+    if (s.clients.slots[i].job != found) continue;
+    out.clients.slots[out.clients.count] = s.clients.slots[i];
+    out.clients.slots[out.clients.count++].job = 1;
+  }
+  out.clients.total = out.clients.count;
+  out.ops.count = 0;
+  for (uint32_t i = 0; i < s.ops.count; ++i) {
+    if (s.ops.slots[i].job != found) continue;
+    out.ops.slots[out.ops.count] = s.ops.slots[i];
+    out.ops.slots[out.ops.count++].job = 1;
+  }
+  out.ops.total = std::max(out.ops.count, out.jobs.slots[0].ops_in_flight);
+  return out;
+}
+
 double Snapshot::heartbeat_age_s() const {
   const uint64_t at = liveness.heartbeat_monotonic_ns;
   return at == 0 || now_monotonic_ns < at ? 0.0 : static_cast<double>(now_monotonic_ns - at) / 1e9;
@@ -139,10 +193,12 @@ Snapshot CountersView::read() const {
   const uint64_t deadline_ns = s.now_monotonic_ns + kSectionWaitNs;
   for (;;) {
     const bool ok = proto::seqlock_read(seg_->params, s.params, kSpinTries) &&
-                    proto::seqlock_read(seg_->job, s.job, kSpinTries) &&
+                    proto::seqlock_read(seg_->jobs, s.jobs, kSpinTries) &&
                     proto::seqlock_read(seg_->clients, s.clients, kSpinTries) &&
                     proto::seqlock_read(seg_->ops, s.ops, kSpinTries);
-    if (ok) break;
+    // Clients and operations name their job by its slot: all three of one snapshot. The
+    // daemon writes the three back to back, so a mismatch clears at once.
+    if (ok && s.jobs.snapshot == s.clients.snapshot && s.jobs.snapshot == s.ops.snapshot) break;
     const bool writer_alive = pid_alive(static_cast<pid_t>(s.daemon.pid));
     if (!writer_alive || monotonic_now_ns() >= deadline_ns) {
       throw RuntimeError(
@@ -158,6 +214,7 @@ Snapshot CountersView::read() const {
     ::nanosleep(&pause, nullptr);
   }
   s.params.count = std::min(s.params.count, proto::kCounterParams);
+  s.jobs.count = std::min(s.jobs.count, proto::kCounterJobs);
   s.clients.count = std::min(s.clients.count, proto::kCounterClients);
   s.ops.count = std::min(s.ops.count, proto::kCounterOps);
   s.alive = pid_alive(static_cast<pid_t>(s.daemon.pid));
@@ -274,6 +331,13 @@ proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb
   return reply;
 }
 
+std::string TraceData::job_name(uint32_t job) const {
+  for (const proto::TraceJob& j : jobs) {
+    if (static_cast<uint32_t>(j.serial) == job) return ipc::printable_text(j.name);
+  }
+  return {};
+}
+
 TraceData read_trace(const std::string& shm_name) {
   const ipc::NamedShm shm = map_readonly(shm_name);
   const size_t size = shm.size();
@@ -288,12 +352,21 @@ TraceData read_trace(const std::string& shm_name) {
                           proto::kTraceLayoutVersion);
   } else {
     out.header = *header;
-    // acquire: the events counted here are fully written (release after each, trace.cpp).
+    // acquire: the entries and events counted here are fully written (release after each,
+    // trace.cpp).
+    const uint32_t jobs = std::atomic_ref<uint32_t>(const_cast<uint32_t&>(header->jobs))
+                              .load(std::memory_order_acquire);
     const uint64_t count = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(header->count))
                                .load(std::memory_order_acquire);
-    const uint64_t fits = (size - sizeof(proto::TraceHeader)) / sizeof(proto::TraceEvent);
-    const auto* events = reinterpret_cast<const proto::TraceEvent*>(header + 1);
-    out.events.assign(events, events + std::min({count, fits, header->capacity}));
+    constexpr size_t kEventsAt =
+        sizeof(proto::TraceHeader) + proto::kTraceJobs * sizeof(proto::TraceJob);
+    const auto* table = reinterpret_cast<const proto::TraceJob*>(header + 1);
+    const auto* events = reinterpret_cast<const proto::TraceEvent*>(table + proto::kTraceJobs);
+    if (size >= kEventsAt) {
+      out.jobs.assign(table, table + std::min(jobs, proto::kTraceJobs));
+      const uint64_t fits = (size - kEventsAt) / sizeof(proto::TraceEvent);
+      out.events.assign(events, events + std::min({count, fits, header->capacity}));
+    }
   }
   if (!problem.empty()) throw RuntimeError(fmt::format("/dev/shm{} {}", shm_name, problem));
   return out;

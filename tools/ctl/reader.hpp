@@ -34,7 +34,7 @@ struct Snapshot {
   proto::Totals totals{};
   proto::CollectiveCounters collectives[proto::kCounterCollectives]{};
   proto::ParamsSection params{};
-  proto::JobSection job{};
+  proto::JobsSection jobs{};  // jobs, clients and ops are of one snapshot (equal `snapshot`)
   proto::ClientsSection clients{};
   proto::OpsSection ops{};
   uint64_t now_monotonic_ns = 0;  // when the copy was taken
@@ -45,7 +45,23 @@ struct Snapshot {
   // The value of a setting from the params table; empty if absent.
   std::string param(const std::string& key) const;
   double heartbeat_age_s() const;
+  // The job a client or operation names (ClientSlot::job, OpSlot::job: slot + 1); null for 0
+  // or a slot not filled.
+  const proto::JobSlot* job(uint32_t slot_plus_one) const;
+  // The oldest job, null when none.
+  const proto::JobSlot* first_job() const { return job(1); }
+  // The printable name of job slot + 1, "" for none.
+  std::string job_name(uint32_t slot_plus_one) const;
 };
+
+// `s` with only the job called `name` (the name itself, or as nodecommctl prints it), its
+// clients and its operations; the daemon-wide totals stay. Throws RuntimeError naming the
+// jobs there are when none is called that.
+Snapshot only_job(const Snapshot& s, const std::string& name);
+// Whether a job name field (JobSlot::name, TraceJob::name) says `name`, itself or as printed.
+bool name_matches(const char (&field)[proto::kCounterNameBytes], const std::string& name);
+// "'a', 'b'" or "none": the jobs of `s`, for messages.
+std::string job_names(const Snapshot& s);
 
 // A read-only mapping of one instance's counters segment.
 class CountersView {
@@ -84,10 +100,14 @@ uint64_t realtime_now_ns();
 proto::AdminReply admin_request(const std::string& socket_path, proto::AdminVerb verb,
                                 const std::string& key, const std::string& value);
 
-// Reads a stopped (or running) trace buffer: header and events.
+// Reads a stopped (or running) trace buffer: header, the jobs it saw and events.
 struct TraceData {
   proto::TraceHeader header{};
+  std::vector<proto::TraceJob> jobs;
   std::vector<proto::TraceEvent> events;
+
+  // The printable name of the job with this serial (TraceEvent::job), "" if unknown.
+  std::string job_name(uint32_t job) const;
 };
 TraceData read_trace(const std::string& shm_name);
 

@@ -29,8 +29,58 @@ double seconds_between(uint64_t later_ns, uint64_t earlier_ns) {
              : static_cast<double>(later_ns - earlier_ns) / 1e9;
 }
 
-const char* job_state(const proto::JobSection& j) {
+const char* job_state(const proto::JobSlot& j) {
   return j.state < std::size(kJobStates) ? kJobStates[j.state] : "?";
+}
+
+// A job's owner uid as text: "-" until one of its ranks said hello.
+std::string owner(const proto::JobSlot& j) {
+  return j.owner_uid == proto::kNoOwner ? "-" : std::to_string(j.owner_uid);
+}
+
+Json job_json(const Snapshot& s, const proto::JobSlot& j) {
+  return {{"name", ipc::printable_text(j.name)},
+          {"state", job_state(j)},
+          {"serial", j.serial},
+          {"uid", j.owner_uid == proto::kNoOwner ? Json(nullptr) : Json(j.owner_uid)},
+          {"world_size", j.world_size},
+          {"node_index", j.node_index},
+          {"node_count", j.node_count},
+          {"local_size", j.local_size},
+          {"attached", j.attached},
+          {"world_offset", j.world_offset},
+          {"communicators", j.communicators},
+          {"ops_posted", j.ops_posted},
+          {"ops_completed", j.ops_completed},
+          {"ops_failed", j.ops_failed},
+          {"bytes_completed", j.bytes_completed},
+          {"ops_in_flight", j.ops_in_flight},
+          {"age_s", seconds_between(s.now_realtime_ns, j.started_realtime_ns)},
+          {"started_realtime_ns", j.started_realtime_ns},
+          {"failure", ipc::printable_text(j.failure)}};
+}
+
+// The status line of one job (the format of the single job line before layout 3).
+std::string job_line(const proto::JobSlot& j) {
+  std::string out = fmt::format(
+      "job        '{}' {}: {} ranks on {} nodes; this is node {}, ranks {}..{} ({}/{} attached), "
+      "{} communicator(s), {} ops posted\n",
+      ipc::printable_text(j.name), job_state(j), j.world_size, j.node_count, j.node_index,
+      j.world_offset, j.world_offset + (j.local_size > 0 ? j.local_size - 1 : 0), j.attached,
+      j.local_size, j.communicators, j.ops_posted);
+  if (j.failure[0] != '\0') out += fmt::format("failure    {}\n", ipc::printable_text(j.failure));
+  return out;
+}
+
+// A label value in the exposition format: '\\' and '"' escaped, of the printable name that
+// every other output shows.
+std::string label_value(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
 }
 
 template <size_t N>
@@ -101,8 +151,9 @@ Json list_json(const std::vector<ListedInstance>& instances) {
                    {"uid", s.daemon.uid},
                    {"node_index", s.daemon.node_index},
                    {"node_count", s.daemon.node_count},
-                   {"job", ipc::printable_text(s.job.name)},
-                   {"job_state", job_state(s.job)},
+                   {"job", s.job_name(1)},  // the oldest job
+                   {"job_state", s.jobs.count == 0 ? "none" : job_state(s.jobs.slots[0])},
+                   {"jobs", s.jobs.total},
                    {"clients", s.totals.clients},
                    {"runtime_dir", ipc::printable_text(s.daemon.runtime_dir)},
                    {"socket", ipc::printable_text(s.daemon.socket_path)},
@@ -120,10 +171,12 @@ std::string list_text(const std::vector<ListedInstance>& instances) {
       continue;
     }
     const Snapshot& s = i.snapshot;
-    const std::string job =
-        s.job.state == 0
-            ? "-"
-            : fmt::format("{} ({})", ipc::printable_text(s.job.name), job_state(s.job));
+    // The oldest job, and how many more there are.
+    std::string job = "-";
+    if (const proto::JobSlot* j = s.first_job(); j != nullptr) {
+      job = fmt::format("{} ({})", ipc::printable_text(j->name), job_state(*j));
+      if (s.jobs.total > 1) job += fmt::format(" +{}", s.jobs.total - 1);
+    }
     out += fmt::format("{:<28} {:<12} {:>8} {:>6} {:>7} {:<24} {}\n", s.instance(), daemon_state(s),
                        s.daemon.pid, fmt::format("{}/{}", s.daemon.node_index, s.daemon.node_count),
                        s.totals.clients, job, ipc::printable_text(s.daemon.runtime_dir));
@@ -141,24 +194,10 @@ Json params_json(const Snapshot& s) {
 }
 
 Json status_json(const Snapshot& s) {
-  const proto::JobSection& j = s.job;
   const proto::Totals& t = s.totals;
   uint64_t stalled = 0;
   for (uint32_t i = 0; i < s.ops.count; ++i) stalled += s.ops.slots[i].stalled;
-  Json job = nullptr;
-  if (j.state != 0) {
-    job = {{"name", ipc::printable_text(j.name)},
-           {"state", job_state(j)},
-           {"world_size", j.world_size},
-           {"node_index", j.node_index},
-           {"node_count", j.node_count},
-           {"local_size", j.local_size},
-           {"attached", j.attached},
-           {"world_offset", j.world_offset},
-           {"communicators", j.communicators},
-           {"ops_posted", j.ops_posted},
-           {"failure", ipc::printable_text(j.failure)}};
-  }
+  const Json jobs = jobs_json(s)["jobs"];
   return {{"instance", s.instance()},
           {"state", daemon_state(s)},
           {"pid", s.daemon.pid},
@@ -176,7 +215,8 @@ Json status_json(const Snapshot& s) {
           {"last_progress_age_s",
            seconds_between(s.now_monotonic_ns, s.liveness.last_progress_monotonic_ns)},
           {"last_progress_realtime_ns", s.liveness.last_progress_realtime_ns},
-          {"job", job},
+          {"job", jobs.empty() ? Json(nullptr) : jobs[0]},  // the oldest
+          {"jobs", jobs},
           {"clients", t.clients},
           {"ops_completed", t.ops_completed},
           {"ops_failed", t.ops_failed},
@@ -196,7 +236,6 @@ Json status_json(const Snapshot& s) {
 }
 
 std::string status_text(const Snapshot& s) {
-  const proto::JobSection& j = s.job;
   const proto::Totals& t = s.totals;
   uint64_t stalled = 0;
   for (uint32_t i = 0; i < s.ops.count; ++i) stalled += s.ops.slots[i].stalled;
@@ -212,16 +251,10 @@ std::string status_text(const Snapshot& s) {
       human_duration(s.heartbeat_age_s()),
       human_duration(seconds_between(s.now_monotonic_ns, s.liveness.last_progress_monotonic_ns)));
   out += fmt::format("socket     {}\n", ipc::printable_text(s.daemon.socket_path));
-  if (j.state == 0) {
-    out += "job        none\n";
-  } else {
-    out += fmt::format(
-        "job        '{}' {}: {} ranks on {} nodes; this is node {}, ranks {}..{} ({}/{} attached), "
-        "{} communicator(s), {} ops posted\n",
-        ipc::printable_text(j.name), job_state(j), j.world_size, j.node_count, j.node_index,
-        j.world_offset, j.world_offset + (j.local_size > 0 ? j.local_size - 1 : 0), j.attached,
-        j.local_size, j.communicators, j.ops_posted);
-    if (j.failure[0] != '\0') out += fmt::format("failure    {}\n", ipc::printable_text(j.failure));
+  if (s.jobs.count == 0) out += "job        none\n";
+  for (uint32_t i = 0; i < s.jobs.count; ++i) out += job_line(s.jobs.slots[i]);  // oldest first
+  if (s.jobs.total > s.jobs.count) {
+    out += fmt::format("job        ... and {} more\n", s.jobs.total - s.jobs.count);
   }
   out += fmt::format("clients    {} connected\n", t.clients);
   out += fmt::format(
@@ -255,7 +288,8 @@ Json clients_json(const Snapshot& s) {
     list.push_back(
         {{"client_id", c.client_id},
          {"state", c.state < std::size(kClientStates) ? kClientStates[c.state] : "?"},
-         {"in_job", c.in_job != 0},
+         {"in_job", c.job != 0},
+         {"job", c.job != 0 ? Json(s.job_name(c.job)) : Json(nullptr)},
          {"local_rank", c.local_rank},
          {"world_rank", c.world_rank},
          {"pid", c.pid},
@@ -273,27 +307,29 @@ Json clients_json(const Snapshot& s) {
          {"completion_backlog", c.completion_backlog}});
   }
   return {{"instance", s.instance()},
-          {"job", ipc::printable_text(s.job.name)},
+          {"job", s.job_name(1)},  // the oldest job; each client names its own
           {"total", s.clients.total},
           {"clients", list}};
 }
 
 std::string clients_text(const Snapshot& s) {
-  std::string out =
-      fmt::format("{:>4} {:<8} {:>5} {:>5} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8}\n", "ID", "STATE",
-                  "LOCAL", "WORLD", "PID", "UID", "LAST SEEN", "SUBMITTED", "COMPLETED", "BACKLOG");
+  std::string out = fmt::format(
+      "{:>4} {:<8} {:>5} {:>5} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8} {}\n", "ID", "STATE", "LOCAL",
+      "WORLD", "PID", "UID", "LAST SEEN", "SUBMITTED", "COMPLETED", "BACKLOG", "JOB");
   for (uint32_t i = 0; i < s.clients.count; ++i) {
     const proto::ClientSlot& c = s.clients.slots[i];
-    const bool member = c.in_job != 0;
+    const proto::JobSlot* job = s.job(c.job);
+    const bool member = job != nullptr;
     out += fmt::format(
-        "{:>4} {:<8} {:>5} {:>5} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8}\n", c.client_id,
+        "{:>4} {:<8} {:>5} {:>5} {:>8} {:>6} {:>10} {:>10} {:>10} {:>8} {}\n", c.client_id,
         member || c.state != 0 ? (c.state < std::size(kClientStates) ? kClientStates[c.state] : "?")
                                : "admin?",
         member ? std::to_string(c.local_rank) : "-",
-        member && s.job.state >= 3 ? std::to_string(c.world_rank) : "-", c.pid, c.uid,
+        member && job->state >= 3 ? std::to_string(c.world_rank) : "-", c.pid, c.uid,
         human_duration(seconds_between(
             s.now_monotonic_ns, std::max(c.heartbeat_monotonic_ns, c.last_seen_monotonic_ns))),
-        c.ops_submitted, c.ops_completed, c.submission_backlog + c.completion_backlog);
+        c.ops_submitted, c.ops_completed, c.submission_backlog + c.completion_backlog,
+        member ? ipc::printable_text(job->name) : "-");
   }
   if (s.clients.total > s.clients.count) {
     out += fmt::format("... and {} more\n", s.clients.total - s.clients.count);
@@ -305,7 +341,8 @@ Json ops_json(const Snapshot& s) {
   Json list = Json::array();
   for (uint32_t i = 0; i < s.ops.count; ++i) {
     const proto::OpSlot& op = s.ops.slots[i];
-    list.push_back({{"comm", op.comm},
+    list.push_back({{"job", op.job != 0 ? Json(s.job_name(op.job)) : Json(nullptr)},
+                    {"comm", op.comm},
                     {"seq", op.seq},
                     {"collective", collective(op.collective)},
                     {"dtype", std::string(proto::dtype_name(static_cast<proto::DType>(op.dtype)))},
@@ -323,7 +360,7 @@ Json ops_json(const Snapshot& s) {
                     {"waiting_for", waiting_for(op)}});
   }
   return {{"instance", s.instance()},
-          {"job", ipc::printable_text(s.job.name)},
+          {"job", s.job_name(1)},  // the oldest job; each operation names its own
           {"total", s.ops.total},
           {"stall_sec", s.param("stall-sec")},
           {"ops", list}};
@@ -332,12 +369,13 @@ Json ops_json(const Snapshot& s) {
 std::string ops_text(const Snapshot& s) {
   if (s.ops.total == 0) return "no operations in flight\n";
   std::string out =
-      fmt::format("{:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", "COMM", "SEQ",
-                  "COLLECTIVE", "NAME", "BYTES", "PHASE", "AGE", "STALLED", "WAITING FOR");
+      fmt::format("{:<12} {:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", "JOB", "COMM",
+                  "SEQ", "COLLECTIVE", "NAME", "BYTES", "PHASE", "AGE", "STALLED", "WAITING FOR");
   for (uint32_t i = 0; i < s.ops.count; ++i) {
     const proto::OpSlot& op = s.ops.slots[i];
-    out += fmt::format("{:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", op.comm, op.seq,
-                       collective(op.collective), ipc::printable_text(op.name),
+    const std::string job = op.job != 0 ? s.job_name(op.job) : "-";
+    out += fmt::format("{:<12} {:>4} {:>8} {:<14} {:<16} {:>10} {:<9} {:>9} {:<7} {}\n", job,
+                       op.comm, op.seq, collective(op.collective), ipc::printable_text(op.name),
                        ipc::human_bytes(static_cast<double>(op.bytes)),
                        op.phase < 4 ? kPhases[op.phase] : "?",
                        human_duration(seconds_between(s.now_monotonic_ns, op.first_arrival_ns)),
@@ -379,6 +417,30 @@ constexpr CounterField kCounters[] = {
     {"admin_refused", &proto::Totals::admin_refused, "Admin requests refused"},
     {"settings_changed", &proto::Totals::settings_changed, "Settings changed at run time"},
     {"trace_events", &proto::Totals::trace_events, "Events in the current trace buffer"},
+};
+// Per-job series of `metrics`, besides nodecomm_job_world_size.
+struct JobField {
+  const char* name;
+  bool counter;
+  uint64_t (*value)(const proto::JobSlot&);
+  const char* help;
+};
+constexpr JobField kJobFields[] = {
+    {"job_local_ranks", false, [](const proto::JobSlot& j) -> uint64_t { return j.local_size; },
+     "Local ranks of the job on this node"},
+    {"job_attached_ranks", false, [](const proto::JobSlot& j) -> uint64_t { return j.attached; },
+     "Local ranks of the job attached"},
+    {"job_ops_posted", false, [](const proto::JobSlot& j) { return j.ops_posted; },
+     "Operations posted by the job (the most any local rank has posted)"},
+    {"job_ops_completed_total", true, [](const proto::JobSlot& j) { return j.ops_completed; },
+     "Operations of the job completed"},
+    {"job_ops_failed_total", true, [](const proto::JobSlot& j) { return j.ops_failed; },
+     "Operations of the job that failed"},
+    {"job_bytes_completed_total", true, [](const proto::JobSlot& j) { return j.bytes_completed; },
+     "Bytes of the job's successful operations"},
+    {"job_ops_in_flight", false,
+     [](const proto::JobSlot& j) -> uint64_t { return j.ops_in_flight; },
+     "Operations of the job submitted, not complete"},
 };
 constexpr CounterField kGauges[] = {
     {"clients", &proto::Totals::clients, "Connected clients"},
@@ -510,17 +572,28 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots) {
       out += fmt::format("nodecomm_{}{{{}}} {}\n", f.name, labels(s), s.totals.*f.field);
     }
   }
-  family("job_world_size", "gauge", "Ranks in the job this daemon serves (0: none)");
+  // Per job, each with its own job="..." label. A daemon without a job still has a
+  // nodecomm_job_world_size sample: job="" 0.
+  const auto job_labels = [&](const Snapshot& s, const proto::JobSlot& j) {
+    return fmt::format("{},job=\"{}\"", labels(s), label_value(ipc::printable_text(j.name)));
+  };
+  family("job_world_size", "gauge", "Ranks in the job (0: none)");
   for (const Snapshot& s : snapshots) {
-    // The exposition format escapes '\\' and '"' in label values: the value a scraper reads
-    // back is the printable name, as every other output shows it.
-    std::string job;
-    for (const char c : ipc::printable_text(s.job.name)) {
-      if (c == '"' || c == '\\') job.push_back('\\');
-      job.push_back(c);
+    if (s.jobs.count == 0)
+      out += fmt::format("nodecomm_job_world_size{{{},job=\"\"}} 0\n", labels(s));
+    for (uint32_t i = 0; i < s.jobs.count; ++i) {
+      out += fmt::format("nodecomm_job_world_size{{{}}} {}\n", job_labels(s, s.jobs.slots[i]),
+                         s.jobs.slots[i].world_size);
     }
-    out += fmt::format("nodecomm_job_world_size{{{},job=\"{}\"}} {}\n", labels(s), job,
-                       s.job.world_size);
+  }
+  for (const JobField& f : kJobFields) {
+    family(f.name, f.counter ? "counter" : "gauge", f.help);
+    for (const Snapshot& s : snapshots) {
+      for (uint32_t i = 0; i < s.jobs.count; ++i) {
+        out += fmt::format("nodecomm_{}{{{}}} {}\n", f.name, job_labels(s, s.jobs.slots[i]),
+                           f.value(s.jobs.slots[i]));
+      }
+    }
   }
   family("ops_stalled", "gauge", "In-flight operations older than stall-sec");
   for (const Snapshot& s : snapshots) {
@@ -578,6 +651,32 @@ std::string metrics_text(const std::vector<Snapshot>& snapshots) {
   return out;
 }
 
+Json jobs_json(const Snapshot& s) {
+  Json list = Json::array();
+  for (uint32_t i = 0; i < s.jobs.count; ++i) list.push_back(job_json(s, s.jobs.slots[i]));
+  return {{"instance", s.instance()}, {"total", s.jobs.total}, {"jobs", list}};
+}
+
+std::string jobs_text(const Snapshot& s) {
+  if (s.jobs.total == 0) return "no jobs\n";
+  std::string out =
+      fmt::format("{:<16} {:<10} {:>6} {:>7} {:>7} {:>6} {:>10} {:>10} {:>9}\n", "JOB", "STATE",
+                  "UID", "LOCAL", "NODE", "WORLD", "POSTED", "COMPLETED", "AGE");
+  for (uint32_t i = 0; i < s.jobs.count; ++i) {
+    const proto::JobSlot& j = s.jobs.slots[i];
+    out += fmt::format(
+        "{:<16} {:<10} {:>6} {:>7} {:>7} {:>6} {:>10} {:>10} {:>9}\n", ipc::printable_text(j.name),
+        job_state(j), owner(j), fmt::format("{}/{}", j.attached, j.local_size),
+        fmt::format("{}/{}", j.node_index, j.node_count), j.world_size, j.ops_posted,
+        j.ops_completed, human_duration(seconds_between(s.now_realtime_ns, j.started_realtime_ns)));
+  }
+  if (s.jobs.total > s.jobs.count) {
+    out += fmt::format("... and {} more (the oldest {} are listed)\n", s.jobs.total - s.jobs.count,
+                       s.jobs.count);
+  }
+  return out;
+}
+
 Json chrome_trace(const TraceData& trace) {
   const proto::TraceHeader& h = trace.header;
   const uint64_t origin = h.start_monotonic_ns;
@@ -618,7 +717,11 @@ Json chrome_trace(const TraceData& trace) {
         op ? fmt::format("{} {}", collective(e->collective), name.empty() ? "-" : name)
            : fmt::format("{} {}{}", kKinds[std::min<uint8_t>(e->kind, 3)],
                          collective(e->collective), e->ops > 1 ? fmt::format(" x{}", e->ops) : "");
-    Json args = {{"comm", e->comm}, {"seq", e->seq}, {"bytes", e->bytes}, {"name", name}};
+    Json args = {{"job", trace.job_name(e->job)},
+                 {"comm", e->comm},
+                 {"seq", e->seq},
+                 {"bytes", e->bytes},
+                 {"name", name}};
     if (op) {
       args["status"] = std::string(proto::status_name(static_cast<proto::Status>(e->status)));
     } else {

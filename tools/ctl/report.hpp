@@ -31,6 +31,9 @@ Json clients_json(const Snapshot& s);
 std::string clients_text(const Snapshot& s);
 Json ops_json(const Snapshot& s);
 std::string ops_text(const Snapshot& s);
+// The jobs table: name, state, owner uid, ranks attached, placement, operations, age.
+Json jobs_json(const Snapshot& s);
+std::string jobs_text(const Snapshot& s);
 // `previous` (may be null) adds per-second rates over the interval between the two.
 Json counters_json(const Snapshot& s, const Snapshot* previous);
 std::string counters_text(const Snapshot& s, const Snapshot* previous);

@@ -10,10 +10,13 @@
 //    bumps kCountersLayoutVersion; readers refuse other versions.
 //  - Counters and gauges are single-writer uint64 words, stored with relaxed atomics (each is
 //    an independent statistic; no reader infers anything about other memory from one).
-//  - Sections that must be read as a whole (parameters, job, clients, in-flight operations)
+//  - Sections that must be read as a whole (parameters, jobs, clients, in-flight operations)
 //    are rewritten under a seqlock: the writer makes `sequence` odd, rewrites the section,
 //    makes it even again; a reader copies the section and retries while the sequence was odd
 //    or changed (seqlock_write / seqlock_read below).
+//  - The jobs, clients and operations sections of one housekeeping pass carry the same
+//    `snapshot` number. Clients and operations name their job by its slot in the jobs
+//    section, so a reader that joins them re-reads until the three numbers agree.
 // Timestamps are CLOCK_MONOTONIC nanoseconds (comparable across processes on one machine)
 // unless a name says realtime (CLOCK_REALTIME, ns since the epoch).
 #pragma once
@@ -27,18 +30,25 @@
 namespace nodecomm::proto {
 
 inline constexpr uint64_t kCountersMagic = 0x31524e43444f4e4eULL;  // "NNODCNR1" little-endian
-inline constexpr uint32_t kCountersLayoutVersion = 2;              // 2: Totals::sched_eager
-inline constexpr uint64_t kTraceMagic = 0x3145435254434e4eULL;     // "NNCTRCE1" little-endian
-inline constexpr uint32_t kTraceLayoutVersion = 1;
+// 2: Totals::sched_eager. 3: one daemon serves many jobs, so the one JobSection became a
+// jobs table (JobsSection, with each job's owner uid, serial and completed operations), and
+// clients and operations name their job (ClientSlot::job, OpSlot::job), TraceEvent::job.
+inline constexpr uint32_t kCountersLayoutVersion = 3;
+inline constexpr uint64_t kTraceMagic = 0x3145435254434e4eULL;  // "NNCTRCE1" little-endian
+// 2: TraceEvent::job and the trace's jobs table (TraceJob) between the header and the events.
+inline constexpr uint32_t kTraceLayoutVersion = 2;
 
 inline constexpr uint32_t kCounterCollectives = 16;  // >= Collective::kCount
 inline constexpr uint32_t kLatencyBuckets = 32;      // log2 microsecond buckets, see below
+inline constexpr uint32_t kCounterJobs = 32;         // jobs listed: nodecommd's default --max-jobs
 inline constexpr uint32_t kCounterClients = 64;      // client slots listed (more are counted)
 inline constexpr uint32_t kCounterOps = 64;          // in-flight operations listed
 inline constexpr uint32_t kMissingListed = 16;       // missing ranks / late nodes per operation
 inline constexpr uint32_t kCounterParams = 40;       // runtime parameters (key = value text)
 inline constexpr size_t kCounterNameBytes = 64;
 inline constexpr size_t kCounterPathBytes = 176;
+inline constexpr uint32_t kTraceJobs = 32;         // job names a trace records (TraceJob)
+inline constexpr uint32_t kNoOwner = 0xffffffffu;  // JobSlot::owner_uid before any rank said hello
 
 // Latency histogram bucket of an operation that took `ns`: bucket 0 holds < 1 us, bucket b
 // (1 <= b < 31) holds [2^(b-1), 2^b) us, and bucket 31 everything from 2^30 us (~18 min) up.
@@ -66,7 +76,7 @@ struct CountersHeader {
   uint32_t client_slots;
   uint32_t op_slots;
   uint32_t param_slots;
-  uint32_t reserved0;
+  uint32_t job_slots;  // kCounterJobs
   uint8_t reserved[128 - 48];
 };
 static_assert(sizeof(CountersHeader) == 128);
@@ -172,8 +182,9 @@ static_assert(sizeof(ParamsSection) == 32 + 128 * kCounterParams);
 
 enum class CountersJobState : uint32_t { kNone = 0, kAttaching, kForming, kRunning, kFailed };
 
-struct JobSection {
-  uint64_t sequence;
+// One job the daemon serves. Its slot index changes as other jobs come and go; `serial` does not.
+struct JobSlot {
+  uint64_t serial;  // the daemon's number for the job (1, 2, ...; TraceEvent::job)
   char name[kCounterNameBytes];
   uint32_t state;  // CountersJobState
   uint32_t local_size;
@@ -183,11 +194,26 @@ struct JobSection {
   uint32_t node_index;
   uint32_t node_count;
   uint32_t communicators;
-  uint64_t started_realtime_ns;  // first rank said hello
+  uint32_t owner_uid;            // uid of local rank 0's client (until it says hello, the lowest
+                                 // local rank's that has; kNoOwner while none has)
+  uint32_t ops_in_flight;        // submitted by some local rank, not yet complete
+  uint64_t started_realtime_ns;  // its first rank's hello (to within one snapshot, 100 ms)
   uint64_t ops_posted;           // the most any local rank has posted
+  uint64_t ops_completed;        // its operations completed here, successful or not
+  uint64_t ops_failed;
+  uint64_t bytes_completed;  // count x dtype size of each successful operation (per rank)
   char failure[128];
 };
-static_assert(sizeof(JobSection) == 8 + kCounterNameBytes + 32 + 16 + 128);
+static_assert(sizeof(JobSlot) == 8 + kCounterNameBytes + size_t{10} * 4 + size_t{5} * 8 + 128);
+
+struct JobsSection {
+  uint64_t sequence;
+  uint64_t snapshot;  // the housekeeping pass that wrote it (see the rules above)
+  uint32_t count;     // slots filled, oldest job (lowest serial) first
+  uint32_t total;     // jobs served (count is at most kCounterJobs)
+  JobSlot slots[kCounterJobs];
+};
+static_assert(sizeof(JobsSection) == 24 + sizeof(JobSlot) * kCounterJobs);
 
 // Values are fixed (nodecommctl reads them); kBacking came later and so comes last.
 enum class CountersClientState : uint32_t { kHello = 0, kMapping, kJoined, kClosed, kBacking };
@@ -200,7 +226,7 @@ struct ClientSlot {
   uint32_t pid;
   uint32_t uid;
   uint32_t gid;
-  uint32_t in_job;  // 1 when a member of the job
+  uint32_t job;  // its job's slot in JobsSection + 1; 0: in no job (or in one not listed)
   uint64_t connected_monotonic_ns;
   uint64_t heartbeat_monotonic_ns;  // the client library's own heartbeat word; 0 if it writes none
   uint64_t last_seen_monotonic_ns;  // last time the daemon saw it act (submission taken, connect)
@@ -213,11 +239,12 @@ static_assert(sizeof(ClientSlot) == 88);
 
 struct ClientsSection {
   uint64_t sequence;
-  uint32_t count;  // slots filled
-  uint32_t total;  // clients connected (count is at most kCounterClients)
+  uint64_t snapshot;  // as JobsSection::snapshot
+  uint32_t count;     // slots filled
+  uint32_t total;     // clients connected (count is at most kCounterClients)
   ClientSlot slots[kCounterClients];
 };
-static_assert(sizeof(ClientsSection) == 16 + 88 * kCounterClients);
+static_assert(sizeof(ClientsSection) == 24 + 88 * kCounterClients);
 
 enum class CountersOpPhase : uint8_t { kGathering = 0, kReady, kInterNode, kDone };
 
@@ -234,7 +261,7 @@ struct OpSlot {
   uint32_t local_members;
   uint32_t missing_count;    // local members that have not (all counted, kMissingListed listed)
   uint32_t late_node_count;  // ready here; nodes of the communicator that had not offered it
-  uint32_t reserved;
+  uint32_t job;              // its job's slot in JobsSection + 1 (0: a job not listed)
   uint32_t missing_local_ranks[kMissingListed];  // job local ranks
   uint32_t missing_world_ranks[kMissingListed];
   uint32_t late_nodes[kMissingListed];  // node indices within the communicator
@@ -244,11 +271,12 @@ static_assert(sizeof(OpSlot) == 56 + 12 * kMissingListed + 40);
 
 struct OpsSection {
   uint64_t sequence;
-  uint32_t count;  // slots filled (oldest first)
-  uint32_t total;  // operations in flight (count is at most kCounterOps)
+  uint64_t snapshot;  // as JobsSection::snapshot
+  uint32_t count;     // slots filled (oldest first, every job's)
+  uint32_t total;     // operations in flight (count is at most kCounterOps)
   OpSlot slots[kCounterOps];
 };
-static_assert(sizeof(OpsSection) == 16 + sizeof(OpSlot) * kCounterOps);
+static_assert(sizeof(OpsSection) == 24 + sizeof(OpSlot) * kCounterOps);
 
 struct CountersSegment {
   CountersHeader header;
@@ -257,7 +285,7 @@ struct CountersSegment {
   Totals totals;
   CollectiveCounters collectives[kCounterCollectives];
   ParamsSection params;
-  JobSection job;
+  JobsSection jobs;
   ClientsSection clients;
   OpsSection ops;
 };
@@ -267,17 +295,21 @@ static_assert(offsetof(CountersSegment, daemon) == 128);
 static_assert(offsetof(CountersSegment, liveness) % 128 == 0);
 static_assert(offsetof(CountersSegment, totals) == offsetof(CountersSegment, liveness) + 128);
 static_assert(offsetof(CountersSegment, params) % 8 == 0 &&
-              offsetof(CountersSegment, job) % 8 == 0);
+              offsetof(CountersSegment, jobs) % 8 == 0);
 static_assert(offsetof(CountersSegment, clients) % 8 == 0 &&
               offsetof(CountersSegment, ops) % 8 == 0);
 static_assert(offsetof(CountersSegment, liveness) == 640);
 static_assert(offsetof(CountersSegment, params) == 1024 + 288 * kCounterCollectives);
-static_assert(sizeof(CountersSegment) == 35200);
+static_assert(offsetof(CountersSegment, jobs) == 10784);
+static_assert(offsetof(CountersSegment, clients) == 19768 &&
+              offsetof(CountersSegment, ops) == 25424);
+static_assert(sizeof(CountersSegment) == 43904);  // a multiple of 128 (Liveness)
 
 // ---- The trace buffer: /dev/shm/nodecomm.<instance>.trace, mode 0644 -----------------------
 // Created by `nodecommctl trace start` (through the daemon), filled while tracing is on,
-// read by `nodecommctl trace stop`, which writes the Chrome trace-event JSON. Events are
-// appended in completion order; `count` is published with a release store after each event.
+// read by `nodecommctl trace stop`, which writes the Chrome trace-event JSON. The buffer is
+// TraceHeader, TraceJob[kTraceJobs], then the events. Events are appended in completion order;
+// `count` is published with a release store after each event, `jobs` after each TraceJob.
 
 enum class TraceKind : uint8_t { kOperation = 0, kChunk, kFused, kWhole };
 
@@ -292,10 +324,18 @@ struct TraceEvent {
   uint8_t kind;    // TraceKind
   uint8_t status;  // Status of an operation (0 ok)
   uint32_t ops;    // operations the unit carries
-  uint32_t reserved;
+  uint32_t job;    // the job's serial (JobSlot::serial, TraceJob), its low 32 bits
   char name[40];
 };
 static_assert(sizeof(TraceEvent) == 96);
+
+// The jobs a trace saw, in the order it first saw them: what TraceEvent::job means after the
+// job has gone. A job beyond kTraceJobs is counted in TraceHeader::jobs_dropped, unnamed.
+struct TraceJob {
+  uint64_t serial;
+  char name[kCounterNameBytes];
+};
+static_assert(sizeof(TraceJob) == 72);
 
 struct TraceHeader {
   uint64_t magic;           // kTraceMagic
@@ -310,7 +350,9 @@ struct TraceHeader {
   uint32_t node_index;
   uint32_t pid;
   char instance[kCounterNameBytes];
-  uint8_t reserved[256 - 72 - kCounterNameBytes];
+  uint32_t jobs;          // TraceJob entries written (release after each)
+  uint32_t jobs_dropped;  // jobs seen once the table was full
+  uint8_t reserved[256 - 80 - kCounterNameBytes];
 };
 static_assert(sizeof(TraceHeader) == 256);
 
