@@ -264,7 +264,8 @@ class ServiceCluster {
     for (const auto& member : session_members(ref.pid, ref.start_time)) {
       if (member.pid != ref.pid) found.push_back(member);
     }
-    for (const auto& [pid, comm] : children_of(ref.pid)) {
+    for (const auto& entry : children_of(ref.pid)) {
+      const pid_t pid = entry.first;  // clang 14 cannot capture a structured binding
       const auto child = process_ref(pid);
       if (child && std::none_of(found.begin(), found.end(),
                                 [&](const ProcessRef& f) { return f.pid == pid; })) {
