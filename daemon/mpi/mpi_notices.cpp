@@ -8,7 +8,7 @@ namespace nodecomm::daemon {
 
 MpiNotices::MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size) : rank_(rank), size_(size) {
   // Its own communicator, so notices never match an operation's messages.
-  MPI_Comm_dup(world, &comm_);
+  check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (notices)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   // A daemon alone in its world has no one to hear from: with no receive posted, poll() makes
   // no MPI call, which on a 1-node job was a progress-engine pass (and its poll syscalls) per

@@ -5,11 +5,13 @@
 
 #include <cstring>
 
+#include "mpi/mpi_common.hpp"
+
 namespace nodecomm::daemon {
 
 MpiPeerLiveness::MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns)
     : rank_(rank), peers_(size) {
-  MPI_Comm_dup(world, &comm_);
+  check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (liveness)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   mine_.from = rank;
   mine_.pid = static_cast<int32_t>(::getpid());
