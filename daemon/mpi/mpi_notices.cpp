@@ -38,8 +38,8 @@ void MpiNotices::send(uint64_t tag, uint32_t rank, proto::Status status, const s
     if (peer == rank_) continue;
     auto sent = std::make_unique<SentNotice>();
     sent->notice = n;
-    if (MPI_Isend(&sent->notice, sizeof(Notice), MPI_BYTE, static_cast<int>(peer), 0, comm_,
-                  &sent->request) == MPI_SUCCESS) {
+    if (MPI_Isend(&sent->notice, sizeof(Notice), MPI_BYTE, static_cast<int>(peer),
+                  reserved_tag(ReservedTag::kNotices), comm_, &sent->request) == MPI_SUCCESS) {
       sent_.push_back(std::move(sent));
     }
   }
@@ -67,8 +67,8 @@ bool MpiNotices::poll(uint64_t& tag, uint32_t& rank, proto::Status& status, std:
 
 void MpiNotices::post_receive() {
   incoming_ = {};
-  if (MPI_Irecv(&incoming_, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE, 0, comm_, &receive_) !=
-      MPI_SUCCESS) {
+  if (MPI_Irecv(&incoming_, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
+                reserved_tag(ReservedTag::kNotices), comm_, &receive_) != MPI_SUCCESS) {
     receive_ = MPI_REQUEST_NULL;
   }
 }

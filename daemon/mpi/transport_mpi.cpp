@@ -36,11 +36,9 @@ class MpiTransport final : public Transport {
     MPI_Comm_size(base_, &size);
     rank_ = static_cast<uint32_t>(rank);
     size_ = static_cast<uint32_t>(size);
-    // The tag bound is a property of the MPI library, the same on every communicator.
-    int* tag_ub = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_ub), &found);
-    const int max_tag = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
+    // The algorithms' tags stay below those kept for messages that may outlive their
+    // communicator (mpi_common.hpp).
+    const int max_tag = mpi_tag_ub() - kReservedTags;
     // Test hook: a lower limit drives the large-count paths (here and the runner's chunked
     // transfers) with small payloads. Every daemon of a job must see the same value (the
     // launcher passes its environment on), since both sides of a transfer cut it into
