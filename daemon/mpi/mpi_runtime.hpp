@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace nodecomm::daemon {
@@ -28,6 +29,12 @@ class MpiRuntime {
   // would hang on a thread left inside an MPI call: after either, MPI stays unfinalized and
   // the process just exits (the launcher then reports what happened to the job).
   void skip_finalize() { skip_finalize_.store(true, std::memory_order_relaxed); }
+  // Held around every communicator creation of the job formations (job_formation.hpp). Open
+  // MPI 4.1 lets one creation at a time per process allocate its context id, picking the one
+  // whose parent has the lowest id; creations over MPI_COMM_SELF (every connect and accept of
+  // a singleton) all tie, are picked in a different order in each process, and two processes
+  // connecting to each other for two formations at once then wait for each other for good.
+  std::timed_mutex& creation_lock() { return creation_lock_; }
 
  private:
   MpiRuntime(bool owns, bool thread_multiple)
@@ -39,6 +46,7 @@ class MpiRuntime {
   // relaxed: read only by the destructor, after the last owner let go, which the shared_ptr's
   // count already orders after every store.
   std::atomic<bool> skip_finalize_{false};
+  std::timed_mutex creation_lock_;
 };
 
 }  // namespace nodecomm::daemon
