@@ -104,8 +104,9 @@ b_line=$(grep "ERROR B:" "$DIR/n1.log") || fail "job B on node 1 got no error"
 echo "$b_line" | grep -q "node 1 lost: its daemon (pid $n2_pid on" ||
   fail "job B's error does not name node 1 and pid $n2_pid: $b_line"
 b_at=${b_line%% *}
-awk -v a="$b_at" -v k="$killed_at" 'BEGIN { exit !(a - k >= 0 && a - k <= 5) }' ||
-  fail "job B's error came $(awk -v a="$b_at" -v k="$killed_at" 'BEGIN{print a-k}') s after the kill"
+after=$(awk -v a="$b_at" -v k="$killed_at" 'BEGIN { print a - k }')
+awk -v d="$after" 'BEGIN { exit !(d >= 0 && d <= 5) }' ||
+  fail "job B's error came $after s after the kill"
 a_done=$(grep "DONE A exact" "$DIR/n1.log" | head -1)
 awk -v a="${a_done%% *}" -v b="$b_at" 'BEGIN { exit !(a > b) }' ||
   fail "job A ended before job B failed: nothing showed A going on"

@@ -43,7 +43,8 @@ export OMPI_MCA_pmix_base_exchange_timeout=2
 
 # (g) first, without a server: nothing may reach MPI_Init.
 out=$(timeout 30 "$CHECK" --uri "$DIR/missing.uri" --name g --job X:0:2:1 2>&1)
-echo "$out" | grep -qF "rendezvous URI file $DIR/missing.uri: No such file or directory: start the rendezvous unit" ||
+missing="rendezvous URI file $DIR/missing.uri: No such file or directory: start the rendezvous unit"
+echo "$out" | grep -qF "$missing" ||
   fail "missing URI file: $out"
 # The server itself, not under timeout: a SIGKILLed timeout leaves its child running.
 ompi-server --no-daemonize -r "$DIR/dead.uri" >/dev/null 2>&1 &
