@@ -28,7 +28,7 @@ CI_TARGETS=(nodecommd nodecomm-launch nodecomm nodecomm_unit_tests nodecomm_c_ap
             nodecomm_engine_tests nodecomm_utility_tests ctl_counters_test
             allreduce_check collectives_check cpp_api_check schedule_check error_paths
             hostile_client hostile_segments hostile_control hostile_counts nodecomm-bench
-            fuzz_decoder_replay fuzz_session_replay fuzz_crossrank_replay)
+            fuzz_decoder_replay fuzz_session_replay fuzz_crossrank_replay service_groups_check)
 
 # CI compiles Highway's kernels for AVX2 and the baseline only (HWY_DISABLED_TARGETS: SSSE3,
 # SSE4, AVX3 and AVX3_DL, 2^12 + 2^11 + 2^8 + 2^7), which halves those files' sanitized build;

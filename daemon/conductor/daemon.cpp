@@ -583,10 +583,14 @@ void Daemon::on_hello(ClientSession& client, const proto::Hello& hello) {
   if (!one_job_at_a_time() && hello.node_count > 1 && job_groups_ == nullptr) {
     return reply_hello_error(
         client, Status::kInvalidArgument,
-        fmt::format("job '{}' spans {} nodes (NODECOMM_NODES), but this daemon serves one-node "
-                    "jobs only (transport {}; a multi-node service runs with --transport "
-                    "service)",
-                    job_name, hello.node_count, transport_.name()));
+        no_groups_reason_.empty()
+            ? fmt::format("job '{}' spans {} nodes (NODECOMM_NODES), but this daemon serves "
+                          "one-node jobs only (transport {}; a multi-node service runs with "
+                          "--transport service)",
+                          job_name, hello.node_count, transport_.name())
+            : fmt::format("job '{}' spans {} nodes (NODECOMM_NODES), but this service daemon "
+                          "serves one-node jobs only: {}",
+                          job_name, hello.node_count, no_groups_reason_));
   }
   const uint64_t arena = hello.arena_bytes == 0 ? config_.default_arena_bytes : hello.arena_bytes;
   if (arena > config_.max_arena_bytes) {

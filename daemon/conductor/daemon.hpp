@@ -53,7 +53,11 @@ class Daemon {
   // A service daemon forms each multi-node job's group on demand through `groups`
   // (net/job_groups.hpp); without, it serves one-node jobs only (or the jobs of the group it
   // was launched in).
-  void set_job_groups(JobGroupFormer* groups) { job_groups_ = groups; }
+  // `why_none`: why a service daemon has none (its rendezvous could not be joined).
+  void set_job_groups(JobGroupFormer* groups, std::string why_none = {}) {
+    job_groups_ = groups;
+    no_groups_reason_ = std::move(why_none);
+  }
   // One line for systemd's STATUS=: clients, the job and its operations.
   std::string status_line();
 
@@ -169,6 +173,7 @@ class Daemon {
   bool parked_ = false;
   Notifier* notifier_ = nullptr;
   JobGroupFormer* job_groups_ = nullptr;
+  std::string no_groups_reason_;
   std::vector<WeightRule> job_weights_;  // parsed config_.job_weights
   std::string lost_peer_;                // why this daemon's group can run no more multi-node jobs
   CountersPublisher counters_;           // the counters segment nodecommctl reads (counters.hpp)

@@ -42,6 +42,14 @@ MPI_Op to_mpi(proto::RedOp op) {
   }
 }
 
+int mpi_tag_ub() {
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_ub), &found);
+  // The standard guarantees at least 32767.
+  return found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
+}
+
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;

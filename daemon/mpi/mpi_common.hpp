@@ -24,6 +24,19 @@ namespace nodecomm::daemon {
 MPI_Datatype to_mpi(proto::DType t);
 MPI_Op to_mpi(proto::RedOp op);
 
+// The top of MPI's tag space is kept for the messages that may arrive after their receiver
+// freed the communicator (heartbeats, notices, a formation's messages to a daemon that already
+// left). Open MPI hands such a message to the next communicator given the freed context id,
+// which in the service (groups come and go with jobs) may be a new job's: there it must not
+// match an operation's receive. The algorithms' point-to-point tags stay below.
+enum class ReservedTag { kLiveness = 0, kNotices = 1, kFormation = 2 };
+inline constexpr int kReservedTags = 3;
+// MPI_TAG_UB, a property of the library: the same in every process and on every communicator.
+int mpi_tag_ub();
+inline int reserved_tag(ReservedTag which) {
+  return mpi_tag_ub() - static_cast<int>(which);
+}
+
 std::string mpi_error_text(int code);
 // Throws TransportError "<what> on node <node>: <MPI's text>" unless `code` is MPI_SUCCESS.
 void check_mpi(int code, const char* what, uint32_t node);

@@ -4,19 +4,30 @@
 
 namespace nodecomm::daemon {
 
-MpiGroups::MpiGroups(uint32_t rank, uint32_t lanes, int max_tag, bool thread_multiple)
+MpiGroups::MpiGroups(MPI_Comm base, uint32_t rank, uint32_t lanes, int max_tag,
+                     bool thread_multiple)
     : rank_(rank),
       lanes_(lanes),
       max_tag_(max_tag),
       thread_multiple_(thread_multiple),
       table_(std::make_unique<RequestTable>(rank)) {
+  // kAllNodes gets a communicator of its own, so that every group, this one included, is
+  // freed alike and none shares its matching with the owner's uses of `base`.
   std::vector<MPI_Comm> made;
-  for (uint32_t i = 0; i < lanes_; ++i) {
-    MPI_Comm lane = MPI_COMM_NULL;
-    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &lane), "MPI_Comm_dup (lanes)", rank_);
-    made.push_back(lane);
+  MPI_Comm all = MPI_COMM_NULL;
+  try {
+    check_mpi(MPI_Comm_dup(base, &all), "MPI_Comm_dup (all nodes)", rank_);
+    for (uint32_t i = 0; i < lanes_; ++i) {
+      MPI_Comm lane = MPI_COMM_NULL;
+      check_mpi(MPI_Comm_dup(base, &lane), "MPI_Comm_dup (lanes)", rank_);
+      made.push_back(lane);
+    }
+  } catch (...) {
+    for (MPI_Comm& lane : made) MPI_Comm_free(&lane);
+    if (all != MPI_COMM_NULL) MPI_Comm_free(&all);
+    throw;
   }
-  add(kAllNodes, MPI_COMM_WORLD, std::move(made));
+  add(kAllNodes, all, std::move(made));
 }
 
 MpiGroups::~MpiGroups() {
@@ -30,7 +41,7 @@ MpiGroups::~MpiGroups() {
     }
   }
   table_.reset();
-  for (auto& [id, group] : groups_) free_lanes_and_comm(id, group);
+  for (auto& [id, group] : groups_) free_lanes_and_comm(group);
 }
 
 void MpiGroups::add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes) {
@@ -43,11 +54,11 @@ void MpiGroups::add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes) {
   groups_.emplace(id, std::move(g));
 }
 
-void MpiGroups::free_lanes_and_comm(NodeComm id, Group& group) {
+void MpiGroups::free_lanes_and_comm(Group& group) {
   if (group.net) {
     for (MPI_Comm lane : group.net->lane_comms()) MPI_Comm_free(&lane);
   }
-  if (id != kAllNodes) MPI_Comm_free(&group.comm);
+  MPI_Comm_free(&group.comm);
 }
 
 const MpiGroups::Group& MpiGroups::group(NodeComm id) const {
@@ -148,7 +159,7 @@ std::vector<NodeComm> MpiGroups::take(TransportHandle handle) {
 void MpiGroups::free(NodeComm id) {
   auto it = groups_.find(id);
   if (it == groups_.end() || id == kAllNodes) return;
-  free_lanes_and_comm(id, it->second);
+  free_lanes_and_comm(it->second);
   groups_.erase(it);
 }
 

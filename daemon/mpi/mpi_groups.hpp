@@ -19,10 +19,11 @@ namespace nodecomm::daemon {
 
 class MpiGroups {
  public:
-  // kAllNodes is MPI_COMM_WORLD with `lanes` duplicates (collective over the world).
-  MpiGroups(uint32_t rank, uint32_t lanes, int max_tag, bool thread_multiple);
+  // kAllNodes is a duplicate of `base` (MPI_COMM_WORLD, or a job's group in the service), with
+  // `lanes` more duplicates for its point-to-point messages (collective over `base`).
+  MpiGroups(MPI_Comm base, uint32_t rank, uint32_t lanes, int max_tag, bool thread_multiple);
   // Waits for finished creations, leaves blocked ones behind (a peer died), frees every
-  // request and communicator but MPI_COMM_WORLD.
+  // request and communicator it made (never `base`, which is its owner's).
   ~MpiGroups();
   MpiGroups(const MpiGroups&) = delete;
   MpiGroups& operator=(const MpiGroups&) = delete;
@@ -62,7 +63,7 @@ class MpiGroups {
     std::unique_ptr<MpiPointToPoint> net;
   };
   void add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes);
-  static void free_lanes_and_comm(NodeComm id, Group& group);
+  static void free_lanes_and_comm(Group& group);
   const Group& group(NodeComm id) const;
 
   uint32_t rank_;

@@ -8,7 +8,7 @@ namespace nodecomm::daemon {
 
 MpiNotices::MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size) : rank_(rank), size_(size) {
   // Its own communicator, so notices never match an operation's messages.
-  MPI_Comm_dup(world, &comm_);
+  check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (notices)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   // A daemon alone in its world has no one to hear from: with no receive posted, poll() makes
   // no MPI call, which on a 1-node job was a progress-engine pass (and its poll syscalls) per
@@ -38,8 +38,8 @@ void MpiNotices::send(uint64_t tag, uint32_t rank, proto::Status status, const s
     if (peer == rank_) continue;
     auto sent = std::make_unique<SentNotice>();
     sent->notice = n;
-    if (MPI_Isend(&sent->notice, sizeof(Notice), MPI_BYTE, static_cast<int>(peer), 0, comm_,
-                  &sent->request) == MPI_SUCCESS) {
+    if (MPI_Isend(&sent->notice, sizeof(Notice), MPI_BYTE, static_cast<int>(peer),
+                  reserved_tag(ReservedTag::kNotices), comm_, &sent->request) == MPI_SUCCESS) {
       sent_.push_back(std::move(sent));
     }
   }
@@ -67,8 +67,8 @@ bool MpiNotices::poll(uint64_t& tag, uint32_t& rank, proto::Status& status, std:
 
 void MpiNotices::post_receive() {
   incoming_ = {};
-  if (MPI_Irecv(&incoming_, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE, 0, comm_, &receive_) !=
-      MPI_SUCCESS) {
+  if (MPI_Irecv(&incoming_, sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
+                reserved_tag(ReservedTag::kNotices), comm_, &receive_) != MPI_SUCCESS) {
     receive_ = MPI_REQUEST_NULL;
   }
 }

@@ -1,6 +1,8 @@
 // The MPI transport: MPI's own collectives on each node group's communicator, composed with the
 // groups and their point-to-point messaging (mpi_groups.hpp, mpi_p2p.hpp), failure notices
 // (mpi_notices.hpp) and liveness (transport_mpi_liveness.hpp).
+#include "mpi/transport_mpi.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,52 +21,24 @@
 #include "net/transport.hpp"
 #include "nodecomm/ipc/clock.hpp"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define NODECOMM_LSAN 1
-#endif
-#elif defined(__SANITIZE_ADDRESS__)
-#define NODECOMM_LSAN 1
-#endif
-#ifdef NODECOMM_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
 namespace nodecomm::daemon {
 namespace {
 
-// Open MPI's runtime keeps thousands of process-lifetime allocations from MPI_Init and
-// MPI_Finalize. Under LeakSanitizer they are left out of the leak check, instead of being
-// reported and matched against suppressions at every daemon's exit (a second of CPU each,
-// most of a sanitized daemon's run time).
-#ifdef NODECOMM_LSAN
-using MpiRuntimeAllocations = __lsan::ScopedDisabler;
-#else
-struct MpiRuntimeAllocations {};
-#endif
-
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(int* argc, char*** argv, uint32_t lanes) {
-    int provided = 0;
-    // The engine thread makes every data call; communicator creation runs on short-lived
-    // threads (see MpiGroups::start_split), which needs MPI_THREAD_MULTIPLE.
-    {
-      [[maybe_unused]] const MpiRuntimeAllocations not_leaks;
-      MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
-    }
-    // Errors come back as codes so a lost peer becomes a TransportError, not an abort.
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MpiTransport(std::shared_ptr<MpiRuntime> runtime, MPI_Comm base, BaseComm ownership,
+               uint32_t lanes)
+      : runtime_(std::move(runtime)), base_(base), owns_base_(ownership == BaseComm::kOwned) {
+    MPI_Comm_set_errhandler(base_, MPI_ERRORS_RETURN);
     int rank = 0;
     int size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(base_, &rank);
+    MPI_Comm_size(base_, &size);
     rank_ = static_cast<uint32_t>(rank);
     size_ = static_cast<uint32_t>(size);
-    int* tag_ub = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_ub), &found);
-    const int max_tag = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
+    // The algorithms' tags stay below those kept for messages that may outlive their
+    // communicator (mpi_common.hpp).
+    const int max_tag = mpi_tag_ub() - kReservedTags;
     // Test hook: a lower limit drives the large-count paths (here and the runner's chunked
     // transfers) with small payloads. Every daemon of a job must see the same value (the
     // launcher passes its environment on), since both sides of a transfer cut it into
@@ -74,26 +48,23 @@ class MpiTransport final : public Transport {
       const unsigned long long n = std::strtoull(v, &end, 10);
       if (*end == '\0' && n >= 1 && n < max_count_) max_count_ = static_cast<size_t>(n);
     }
-    groups_ = std::make_unique<MpiGroups>(rank_, std::max<uint32_t>(lanes, 1), max_tag,
-                                          provided >= MPI_THREAD_MULTIPLE);
-    notices_ = std::make_unique<MpiNotices>(MPI_COMM_WORLD, rank_, size_);
-    liveness_ =
-        std::make_unique<MpiPeerLiveness>(MPI_COMM_WORLD, rank_, size_, ipc::monotonic_ns());
+    groups_ = std::make_unique<MpiGroups>(base_, rank_, std::max<uint32_t>(lanes, 1), max_tag,
+                                          runtime_->thread_multiple());
+    notices_ = std::make_unique<MpiNotices>(base_, rank_, size_);
+    liveness_ = std::make_unique<MpiPeerLiveness>(base_, rank_, size_, ipc::monotonic_ns());
   }
 
   ~MpiTransport() override {
     notices_.reset();
-    const bool peer_lost = liveness_->any_lost();
+    // MPI_Finalize waits for every process this one is connected to, a lost one included:
+    // without it the launcher reports this daemon as not finalized, which is what happened to
+    // the job.
+    if (liveness_ && liveness_->any_lost()) runtime_->skip_finalize();
     liveness_.reset();
     for (auto& [handle, pending] : requests_) free_requests(pending);
     requests_.clear();
     groups_.reset();
-    // MPI_Finalize waits for every process of the world, a lost one included: without it the
-    // launcher reports this daemon as not finalized, which is what happened to the job.
-    if (!peer_lost) {
-      [[maybe_unused]] const MpiRuntimeAllocations not_leaks;
-      MPI_Finalize();
-    }
+    if (owns_base_) MPI_Comm_free(&base_);
   }
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -333,6 +304,10 @@ class MpiTransport final : public Transport {
     return handle;
   }
 
+  // Declared first, destroyed last: every MPI call of the members below precedes finalize.
+  std::shared_ptr<MpiRuntime> runtime_;
+  MPI_Comm base_;
+  bool owns_base_;
   uint32_t rank_ = 0;
   uint32_t size_ = 1;
   // The largest count one MPI call takes: int (NODECOMM_TEST_MPI_MAX_COUNT may lower it).
@@ -346,8 +321,22 @@ class MpiTransport final : public Transport {
 
 }  // namespace
 
+std::unique_ptr<Transport> make_mpi_transport_over(std::shared_ptr<MpiRuntime> runtime,
+                                                   MPI_Comm base, BaseComm ownership,
+                                                   uint32_t lanes) {
+  try {
+    return std::make_unique<MpiTransport>(std::move(runtime), base, ownership, lanes);
+  } catch (...) {
+    // A constructor that throws runs no destructor: its members let go of what they made,
+    // and an owned base is freed here.
+    if (ownership == BaseComm::kOwned) MPI_Comm_free(&base);
+    throw;
+  }
+}
+
 std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv, uint32_t lanes) {
-  return std::make_unique<MpiTransport>(argc, argv, lanes);
+  return make_mpi_transport_over(MpiRuntime::acquire(argc, argv), MPI_COMM_WORLD,
+                                 BaseComm::kBorrowed, lanes);
 }
 
 }  // namespace nodecomm::daemon

@@ -5,11 +5,13 @@
 
 #include <cstring>
 
+#include "mpi/mpi_common.hpp"
+
 namespace nodecomm::daemon {
 
 MpiPeerLiveness::MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns)
     : rank_(rank), peers_(size) {
-  MPI_Comm_dup(world, &comm_);
+  check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (liveness)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   mine_.from = rank;
   mine_.pid = static_cast<int32_t>(::getpid());
@@ -34,8 +36,8 @@ void MpiPeerLiveness::post_receive() {
   incoming_ = {};
   // The previous receive has completed (check() tested it) before this one is posted.
   // NOLINTNEXTLINE(clang-analyzer-optin.mpi.MPI-Checker)
-  if (MPI_Irecv(&incoming_, sizeof(Beat), MPI_BYTE, MPI_ANY_SOURCE, 0, comm_, &receive_) !=
-      MPI_SUCCESS) {
+  if (MPI_Irecv(&incoming_, sizeof(Beat), MPI_BYTE, MPI_ANY_SOURCE,
+                reserved_tag(ReservedTag::kLiveness), comm_, &receive_) != MPI_SUCCESS) {
     receive_ = MPI_REQUEST_NULL;
   }
 }
@@ -69,8 +71,8 @@ std::vector<Transport::LostPeer> MpiPeerLiveness::check(uint64_t now_ns, uint64_
     if (peer.send == MPI_REQUEST_NULL && now_ns - peer.last_sent_ns >= interval_ns) {
       ++mine_.count;
       peer.sent = mine_;
-      if (MPI_Isend(&peer.sent, sizeof(Beat), MPI_BYTE, static_cast<int>(p), 0, comm_,
-                    &peer.send) != MPI_SUCCESS) {
+      if (MPI_Isend(&peer.sent, sizeof(Beat), MPI_BYTE, static_cast<int>(p),
+                    reserved_tag(ReservedTag::kLiveness), comm_, &peer.send) != MPI_SUCCESS) {
         peer.send = MPI_REQUEST_NULL;
       }
       peer.last_sent_ns = now_ns;

@@ -150,7 +150,9 @@ std::unique_ptr<Transport> make_loopback_transport();
 
 // Initialises MPI (MPI_THREAD_MULTIPLE, see NodeGroups::start_split_groups) and returns a
 // transport over MPI_COMM_WORLD, one rank per node, with `lanes` duplicated communicators per
-// node group for the point-to-point algorithms. Finalizes MPI when destroyed.
+// node group for the point-to-point algorithms. MPI is finalized once the last MPI transport
+// of the process is gone (not at all if one of them lost a peer). Daemons that mpirun did not
+// start together form a group per job instead (net/job_groups.hpp).
 std::unique_ptr<Transport> make_mpi_transport(int* argc, char*** argv, uint32_t lanes);
 
 }  // namespace nodecomm::daemon

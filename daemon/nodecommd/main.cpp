@@ -61,13 +61,15 @@ int main(int argc, char** argv) {
   // A service daemon is one node on its own (loopback) that forms a group with other nodes'
   // service daemons for each multi-node job (net/job_groups.hpp).
   std::unique_ptr<JobGroupFormer> job_groups;
+  std::string no_groups_reason;
   if (config.transport == "service") {
+    // Without a reachable rendezvous the daemon still serves one-node jobs; a multi-node job
+    // is refused, naming why, until the daemon is restarted with one.
     try {
       job_groups = make_mpi_job_groups(&argc, &argv, config.lanes, config.rendezvous);
     } catch (const std::exception& e) {
-      NC_LOG(kError, "{}", e.what());
-      notifier.status(fmt::format("failed: {}", e.what()));
-      return 2;
+      NC_LOG(kWarn, "serving one-node jobs only: {}", e.what());
+      no_groups_reason = e.what();
     }
   }
   std::unique_ptr<Transport> transport = config.transport == "mpi"
@@ -94,7 +96,7 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     Daemon daemon(config, *transport);
-    daemon.set_job_groups(job_groups.get());
+    daemon.set_job_groups(job_groups.get(), no_groups_reason);
     daemon.start();
     daemon.set_notifier(&notifier);
     notifier.ready(daemon.status_line());

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Service daemons' job groups (daemon/mpi/job_groups_mpi.cpp) when forming fails, with two MPI
+# singletons (service_groups_check) and a rendezvous server (ompi-server):
+#   (d) the two daemons disagree on the job's node count: both get an error naming both values;
+#   (e) a joiner gives its formation up (cancel): node 0's fails, naming it;
+#   (f) node 0 gives its formation up: the joiner's fails, saying so; the key then forms again;
+#   (g) a URI file that is missing, or whose server is gone: a clear error before MPI_Init.
+#   service_groups_errors.sh CHECK_BINARY
+# Exit 77 (skipped) without ompi-server or the check program.
+set -uo pipefail
+CHECK=$1
+if ! command -v ompi-server >/dev/null 2>&1; then
+  echo "SKIP: ompi-server (Open MPI's rendezvous server, Debian package openmpi-bin) is missing"
+  exit 77
+fi
+if [ ! -x "$CHECK" ]; then
+  echo "SKIP: $CHECK was not built (tools/sanitize.sh --ci builds only its CI_TARGETS)"
+  exit 77
+fi
+DIR=$(mktemp -d /tmp/service_groups_errors.XXXXXX)
+pids=()
+cleanup() {
+  for log in "$DIR"/e*.log; do
+    pid=$(awk '/ READY pid / { print $5 }' "$log" 2>/dev/null)
+    [ -n "$pid" ] && pids+=("$pid")
+  done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+fail() {
+  echo "service_groups_errors: $*"
+  for f in "$DIR"/*.log; do echo "== $f"; cat "$f"; done
+  exit 1
+}
+expect() {  # expect LABEL TEXT
+  grep -qF -- "$2" "$DIR/$1.log" || fail "$1 did not print: $2"
+}
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_pmix_base_exchange_timeout=2
+
+# (g) first, without a server: nothing may reach MPI_Init.
+out=$(timeout 30 "$CHECK" --uri "$DIR/missing.uri" --name g --job X:0:2:1 2>&1)
+missing="rendezvous URI file $DIR/missing.uri: No such file or directory: start the rendezvous unit"
+echo "$out" | grep -qF "$missing" ||
+  fail "missing URI file: $out"
+# The server itself, not under timeout: a SIGKILLed timeout leaves its child running.
+ompi-server --no-daemonize -r "$DIR/dead.uri" >/dev/null 2>&1 &
+server=$!
+pids+=("$server")
+for _ in $(seq 100); do [ -s "$DIR/dead.uri" ] && break; sleep 0.1; done
+kill -9 "$server"
+wait "$server" 2>/dev/null
+out=$(timeout 30 "$CHECK" --uri "$DIR/dead.uri" --name g --job X:0:2:1 2>&1)
+echo "$out" | grep -qF "the rendezvous server in $DIR/dead.uri does not answer (tcp://" ||
+  fail "URI file of a dead server: $out"
+
+ompi-server --no-daemonize -r "$DIR/uri" >"$DIR/server.log" 2>&1 &
+pids+=($!)  # killed at the end, however the script ends
+for _ in $(seq 100); do [ -s "$DIR/uri" ] && break; sleep 0.1; done
+[ -s "$DIR/uri" ] || fail "ompi-server wrote no URI file within 10 s"
+
+# KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]]. F and G are 3-node jobs whose node 2 never comes.
+timeout 60 "$CHECK" --uri "$DIR/uri" --name e0 --job D:0:2:5 --job F:0:3:5 --job G:0:3:5:0:3 \
+  --job G:0:2:5:8 >"$DIR/e0.log" 2>"$DIR/e0.err" &
+e0=$!
+pids+=("$e0")
+timeout 60 "$CHECK" --uri "$DIR/uri" --name e1 --job D:1:3:5 --job F:1:3:5:0:2 --job G:1:3:5 \
+  --job G:1:2:5:8 >"$DIR/e1.log" 2>"$DIR/e1.err" &
+e1=$!
+pids+=("$e1")
+wait "$e0" || fail "e0 exited with status $?"
+wait "$e1" || fail "e1 exited with status $?"
+
+# (d)
+expect e0 "ERROR D: job group D (node 0 of 2): node 1 says the job has 3 nodes, node 0 says 2"
+expect e1 "ERROR D: job group D (node 1 of 3): node 0 says the job has 2 nodes, node 1 says 3"
+# (e)
+expect e1 "CANCELLED F"
+expect e0 "ERROR F: job group F (node 0 of 3): node 1 gave up"
+# (f) and the key again
+expect e0 "CANCELLED G"
+expect e1 "ERROR G: job group G (node 1 of 3): node 0 called the formation off: node 0 gave up"
+expect e0 "DONE G exact"
+expect e1 "DONE G exact"
+echo "service_groups_errors: all checks passed"
+grep -h "ERROR\|CANCELLED\|FORMED" "$DIR"/e0.log "$DIR"/e1.log
+exit 0
