@@ -58,18 +58,18 @@ if [ "$(id -u)" -eq 0 ] && command -v runuser >/dev/null && command -v useradd >
   as_other=(runuser -u "$USER_NAME" -- env LD_LIBRARY_PATH="$work/prog/lib")
   OBIN="$work/prog/bin"
 fi
-echo "service_jobs: cluster of 3 ${netsim[*]:-on loopback}; job B as ${as_other:+$USER_NAME}${as_other:-this uid}"
+echo "service_jobs: cluster of 3 ${netsim[*]:-on loopback}; job B as ${as_other:+$USER_NAME}"
 
 timeout 120 "$LAUNCH" --service up --nodes 3 --cluster "$NAME" "${netsim[@]}" \
   --daemon-arg=--config=none >"$work/up.out" 2>&1 || fail "--service up failed"
 
-# attach OUT BINDIR [RUNNER...] -- LAUNCH-ARGS... -- PROGRAM...: one job in the background,
-# its launcher's pid in $!.
+# attach OUT BINDIR [RUNNER...] :: LAUNCH-ARGS... -- PROGRAM...: one job in the background,
+# its launcher's pid in $! (RUNNER may hold a "--" itself: runuser's).
 attach() {
   local out=$1 bin=$2
   shift 2
   local runner=()
-  while [ "$1" != -- ]; do runner+=("$1"); shift; done
+  while [ "$1" != :: ]; do runner+=("$1"); shift; done
   shift
   timeout --kill-after=5 150 "${runner[@]}" "$bin/nodecomm-launch" --attach --cluster "$NAME" \
     --timeout 120 "$@" >"$work/$out.out" 2>&1 &
@@ -95,14 +95,14 @@ longest_ok() {
 elapsed_since() { echo "$(date +%s.%N) - $1" | bc; }
 
 # 1. A (nodes 0-1) and B (nodes 1-2) at once, C (nodes 0, 2) while they run.
-attach A "$BIN" -- --job jobA --nodes 2 --ranks-per-node 2 --on-nodes 0,1 \
+attach A "$BIN" :: --job jobA --nodes 2 --ranks-per-node 2 --on-nodes 0,1 \
   -- "$BIN/collectives_check"
 a=$!
-attach B "$OBIN" "${as_other[@]}" -- --job jobB --nodes 2 --ranks-per-node 1,3 --on-nodes 1,2 \
+attach B "$OBIN" "${as_other[@]}" :: --job jobB --nodes 2 --ranks-per-node 1,3 --on-nodes 1,2 \
   -- "$OBIN/collectives_check"
 b=$!
 sleep 1
-attach C "$BIN" -- --job jobC --nodes 2 --ranks-per-node 1 --on-nodes 0,2 \
+attach C "$BIN" :: --job jobC --nodes 2 --ranks-per-node 1 --on-nodes 0,2 \
   -- "$BIN/collectives_check" --counts 1,1000
 c=$!
 if ! wait "$a"; then
@@ -120,9 +120,9 @@ for j in A B C; do
 done
 
 # 2. A rank of a job is killed; the other job on its nodes carries on.
-attach A2 "$BIN" -- --job jobA2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 60)
+attach A2 "$BIN" :: --job jobA2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 60)
 a2=$!
-attach B2 "$OBIN" "${as_other[@]}" -- --job jobB2 --nodes 2 --ranks-per-node 1,3 \
+attach B2 "$OBIN" "${as_other[@]}" :: --job jobB2 --nodes 2 --ranks-per-node 1,3 \
   --on-nodes 1,2 -- $(soak "$OBIN" 15)
 b2=$!
 victim=""
@@ -144,15 +144,15 @@ echo "service_jobs: A2's error: $(grep -m1 'rank 3' "$work/A2.out" | cut -c1-240
 wait "$b2" || fail "job B2 failed or was not exact after A2 lost a rank"
 grep -q "wrong elements (all ranks): 0" "$work/B2.out" || fail "job B2 printed no clean soak"
 longest_ok B2
-attach C2 "$BIN" -- --job jobC2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 \
+attach C2 "$BIN" :: --job jobC2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 \
   -- "$BIN/collectives_check" --counts 1,1000
 wait $! || fail "job C2 on nodes 0-1 after A2's failure was not exact"
 echo "service_jobs: job C2 on nodes 0-1 exact after A2's failure"
 
 # 3. Node 2's daemon is killed; the job away from it carries on; node 2 rejoins.
-attach D "$BIN" -- --job jobD --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 15)
+attach D "$BIN" :: --job jobD --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 15)
 d=$!
-attach E "$BIN" -- --job jobE --nodes 2 --ranks-per-node 1,2 --on-nodes 1,2 -- $(soak "$BIN" 60)
+attach E "$BIN" :: --job jobE --nodes 2 --ranks-per-node 1,2 --on-nodes 1,2 -- $(soak "$BIN" 60)
 e=$!
 sleep 4
 node2=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["node_list"][2]["pid"])' \
@@ -170,7 +170,7 @@ longest_ok D
 restarted=$(date +%s.%N)
 timeout 60 "$LAUNCH" --service restart-node 2 --cluster "$NAME" >"$work/restart.out" 2>&1 ||
   fail "--service restart-node 2 failed"
-attach F "$BIN" -- --job jobF --nodes 3 --ranks-per-node 1,2,1 -- \
+attach F "$BIN" :: --job jobF --nodes 3 --ranks-per-node 1,2,1 -- \
   "$BIN/collectives_check" --counts 1,1000
 wait $! || fail "job F across nodes 0-2 after node 2's restart was not exact"
 took=$(elapsed_since "$restarted")
