@@ -39,6 +39,11 @@
 
 namespace nodecomm::daemon {
 
+// Generations of one key tried before giving up, and how long a dead node 0's stale names are
+// waited out (both sides of the rendezvous use them).
+inline constexpr uint32_t kMaxGenerations = 1000;
+inline constexpr uint64_t kFlushNs = 1000000000ULL;
+
 struct FormationRequest {
   std::string key;
   uint32_t node = 0;

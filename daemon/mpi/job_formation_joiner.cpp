@@ -15,14 +15,12 @@
 namespace nodecomm::daemon {
 namespace {
 
-constexpr uint32_t kMaxGenerations = 1000;
-constexpr uint64_t kFlushNs = 1000000000ULL;
 // Between lookups while node 0 has not come or has not called this joiner: the spike's 20 ms,
 // a small load on the rendezvous server per waiting joiner.
 constexpr auto kLookupInterval = std::chrono::milliseconds(20);
 // How long a prepare or a "go" waits for this daemon's creation lock before answering busy: a
 // moment, since node 0 holds its own meanwhile.
-constexpr auto kLockWait = std::chrono::milliseconds(100);
+constexpr auto kJoinerLockWait = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -112,7 +110,7 @@ std::unique_ptr<FormationLink> JobFormation::rendezvous_as_joiner(Names& pings) 
         }
         called.push_back(ping);
         std::unique_lock<std::timed_mutex> lock(runtime_->creation_lock(), std::defer_lock);
-        const bool ready = lock.try_lock_for(kLockWait);
+        const bool ready = lock.try_lock_for(kJoinerLockWait);
         pings.emplace_back(ack_name(base, generation, node, ping, ready), "ack");
         publish_name(pings.back().first, pings.back().second, node);
         // Node 0 calls again only after a newer ping: the next one is due at once.
@@ -182,7 +180,7 @@ std::unique_lock<std::timed_mutex> JobFormation::await_commit(FormationLink& lin
     if (m.kind != LinkKind::kPrepare) fail("node 0 sent another message than prepare");
     if (cancelled()) leave();
     std::unique_lock<std::timed_mutex> lock(runtime_->creation_lock(), std::defer_lock);
-    if (!lock.try_lock_for(kLockWait)) {
+    if (!lock.try_lock_for(kJoinerLockWait)) {
       link.send(LinkKind::kBusy, node, nodes);
       continue;
     }

@@ -20,8 +20,6 @@ namespace {
 
 // A node 0 that died keeps its generation; a key restarted this often needs the rendezvous
 // server restarted (which forgets every name).
-constexpr uint32_t kMaxGenerations = 1000;
-constexpr uint64_t kFlushNs = 1000000000ULL;
 // Between rounds of watching the joiners already in and looking for one to call.
 constexpr auto kGatherInterval = std::chrono::milliseconds(20);
 
@@ -60,7 +58,7 @@ constexpr const char* kNode0GaveUp =
 // How long node 0 waits for its creation lock before calling a joiner, and the pause before
 // calling again one that was busy: up to ten times it, at random, so that two formations of
 // the same daemons do not keep colliding.
-constexpr auto kLockWait = std::chrono::milliseconds(50);
+constexpr auto kNode0LockWait = std::chrono::milliseconds(50);
 constexpr uint64_t kBackoffNs = 50000000ULL;
 constexpr auto kAckInterval = std::chrono::milliseconds(10);
 constexpr auto kAnswerInterval = std::chrono::milliseconds(50);
@@ -247,7 +245,7 @@ std::string JobFormation::gather_joiners(const std::string& base, uint32_t gener
     // (node 0 holds its own), then "ack" (the joiner holds its own and connects) or "busy".
     std::unique_lock<std::timed_mutex> lock(runtime_->creation_lock(), std::defer_lock);
     bool ready = false;
-    if (lock.try_lock_for(kLockWait)) {
+    if (lock.try_lock_for(kNode0LockWait)) {
       // One call per ping: the joiner answers each "go" once, and pings again after it.
       called[next] = seen.latest;
       published.emplace_back(go_name(base, generation, next, seen.latest), "go");
