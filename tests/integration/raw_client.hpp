@@ -75,6 +75,11 @@ class RawClient {
     h.layout_version = proto::kLayoutVersion;
     h.local_rank = static_cast<uint32_t>(std::atoi(env_or("NODECOMM_LOCAL_RANK", "0").c_str()));
     h.local_size = static_cast<uint32_t>(std::atoi(env_or("NODECOMM_LOCAL_SIZE", "1").c_str()));
+    // As the library says them, so that a raw rank joins the same job as the library's ranks.
+    h.node_count = static_cast<uint32_t>(std::atoi(env_or("NODECOMM_NODES", "0").c_str()));
+    h.node_index = h.node_count == 0
+                       ? 0
+                       : static_cast<uint32_t>(std::atoi(env_or("NODECOMM_NODE", "0").c_str()));
     h.arena_bytes = 1 << 20;
     ipc::copy_text(h.job, env_or("NODECOMM_JOB", "default"));
     h.tuning = proto::JobTuning{-1, -1, -1, -1, -1, 0};
