@@ -5,10 +5,12 @@
 // driving every job as the daemon's loop does, with the daemons' liveness checks.
 //
 //   service_groups_check --uri FILE --name LABEL [--peer-timeout S] [--lanes L]
-//                        --job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]] ...
+//                        [--start-file PATH] --job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]] ...
 //
 // DELAY_S: when to start forming, CANCEL_S: when to give the formation up if it has not
-// formed by then, both in seconds from the start. Prints one line per event, each with the
+// formed by then, both in seconds from the start: from READY, or with --start-file from when
+// PATH appears (waited for up to 60 s), so that several processes count from one moment
+// however long each took to join the rendezvous. Prints one line per event, each with the
 // wall-clock time (for the script's deadlines):
 //   <t> <label> FORMED <key> node <n>/<N> in <s> s
 //   <t> <label> DONE <key> exact rounds <R>
@@ -18,7 +20,10 @@
 // operations. Exit status 0 once every job has a DONE, ERROR or CANCELLED line, 2 on a usage
 // error or if the rendezvous cannot be joined.
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstdint>
@@ -241,6 +246,7 @@ bool step(JobGroupFormer& former, Job& job, uint64_t start_ns, uint64_t peer_tim
 
 int main(int argc, char** argv) {
   std::string uri;
+  std::string start_file;
   double peer_timeout_s = 2;
   uint32_t lanes = 2;
   std::vector<Job> jobs;
@@ -253,6 +259,8 @@ int main(int argc, char** argv) {
       g_label = argv[++i];
     } else if (arg == "--peer-timeout" && has_value) {
       peer_timeout_s = std::atof(argv[++i]);
+    } else if (arg == "--start-file" && has_value) {
+      start_file = argv[++i];
     } else if (arg == "--lanes" && has_value) {
       lanes = static_cast<uint32_t>(std::atoi(argv[++i]));
     } else if (arg == "--job" && has_value) {
@@ -265,7 +273,8 @@ int main(int argc, char** argv) {
       jobs.push_back(std::move(job));
     } else {
       std::fprintf(stderr,
-                   "usage: %s --uri FILE --name LABEL --job KEY:NODE:NODES:ROUNDS[:DELAY]\n",
+                   "usage: %s --uri FILE --name LABEL [--start-file PATH] "
+                   "--job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]]\n",
                    argv[0]);
       return 2;
     }
@@ -278,6 +287,8 @@ int main(int argc, char** argv) {
     nodecomm::daemon::Log::get().set_level(nodecomm::daemon::LogLevel::kDebug);
   }
   nodecomm::daemon::Log::get().set_context(g_label);
+  // As nodecommd: a peer that has already finalized must not kill us while MPI closes its socket.
+  std::signal(SIGPIPE, SIG_IGN);
   // As nodecommd: MPI polls its sockets on every call (it never blocks here).
   setenv("OMPI_MCA_mpi_event_tick_rate", "1", /*overwrite=*/0);
   std::unique_ptr<JobGroupFormer> former;
@@ -288,6 +299,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   say("READY pid {}", static_cast<long>(getpid()));
+  if (!start_file.empty()) {
+    struct stat seen {};
+    const uint64_t give_up_ns = monotonic_ns() + 60000000000ULL;
+    while (::stat(start_file.c_str(), &seen) != 0) {
+      if (monotonic_ns() > give_up_ns) {
+        say("ERROR start: {} did not appear within 60 s", start_file);
+        return 2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    say("START");
+  }
   const uint64_t start_ns = monotonic_ns();
   const auto peer_timeout_ns = static_cast<uint64_t>(peer_timeout_s * 1e9);
   for (;;) {

@@ -63,14 +63,22 @@ for _ in $(seq 100); do [ -s "$DIR/uri" ] && break; sleep 0.1; done
 [ -s "$DIR/uri" ] || fail "ompi-server wrote no URI file within 10 s"
 
 # KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]]. F and G are 3-node jobs whose node 2 never comes.
-timeout 60 "$CHECK" --uri "$DIR/uri" --name e0 --job D:0:2:5 --job F:0:3:5 --job G:0:3:5:0:3 \
-  --job G:0:2:5:8 >"$DIR/e0.log" 2>"$DIR/e0.err" &
+# Delays count from one moment for both (the start file, made once both have joined the
+# rendezvous): each counting from its own start, a slow join (seconds under ASan) put e1's
+# 3-node G after e0 had already cancelled it, and e1 then waited for a node 0 that never came.
+timeout 90 "$CHECK" --uri "$DIR/uri" --name e0 --start-file "$DIR/go" --job D:0:2:5 --job F:0:3:5 \
+  --job G:0:3:5:0:3 --job G:0:2:5:8 >"$DIR/e0.log" 2>"$DIR/e0.err" &
 e0=$!
 pids+=("$e0")
-timeout 60 "$CHECK" --uri "$DIR/uri" --name e1 --job D:1:3:5 --job F:1:3:5:0:2 --job G:1:3:5 \
-  --job G:1:2:5:8 >"$DIR/e1.log" 2>"$DIR/e1.err" &
+timeout 90 "$CHECK" --uri "$DIR/uri" --name e1 --start-file "$DIR/go" --job D:1:3:5 \
+  --job F:1:3:5:0:2 --job G:1:3:5 --job G:1:2:5:8 >"$DIR/e1.log" 2>"$DIR/e1.err" &
 e1=$!
 pids+=("$e1")
+for _ in $(seq 600); do
+  grep -q " READY " "$DIR/e0.log" && grep -q " READY " "$DIR/e1.log" && break
+  sleep 0.1
+done
+touch "$DIR/go"
 wait "$e0" || fail "e0 exited with status $?"
 wait "$e1" || fail "e1 exited with status $?"
 

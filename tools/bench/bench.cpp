@@ -102,7 +102,13 @@ std::string comm_name(int split_groups) {
   return split_groups > 0 ? fmt::format("split:{}", split_groups) : std::string("world");
 }
 
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace {
+
 size_t round_to_element(uint64_t bytes, size_t element) {
   return std::max<size_t>(element, static_cast<size_t>(bytes / element * element));
 }
@@ -207,6 +213,7 @@ class Runner {
     // The scratch words come first: without them the ranks cannot even agree to stop.
     scratch_ = static_cast<double*>(buffers_.alloc(2 * sizeof(double)));
     if (!setup()) return 1;
+    if (!config_.timeline_path.empty()) write_timeline_header();
 
     std::unique_ptr<Report> report;
     if (rank_ == 0) {
@@ -252,6 +259,17 @@ class Runner {
   }
 
   bool inplace() const { return config_.inplace && supports_inplace(config_.collective); }
+
+  // setup()'s agreement was the job's first collective: with the ranks' start times, how long
+  // a new job took to become usable (a service job's group formation included).
+  void write_timeline_header() {
+    scratch_[0] = config_.started_at;
+    scratch_[1] = wall_seconds();
+    backend_.allreduce(scratch_, scratch_, 2, NC_F64, NC_MAX);
+    if (!timeline_.is_open()) return;
+    timeline_ << fmt::format("# started {:.6f} first-collective {:.6f}\n", scratch_[0], scratch_[1]);
+    timeline_.flush();
+  }
   // --compress applies to allreduce only (main rejects it elsewhere).
   bool compressed() const {
     return config_.compress != NC_COMPRESS_NONE && config_.collective == Collective::kAllreduce;
@@ -412,7 +430,21 @@ class Runner {
       phase = "timed iteration";
       total = iters;
       const auto start = std::chrono::steady_clock::now();
-      for (index = 0; index < iters; ++index) run_once();
+      if (timeline_.is_open()) {
+        // Wall-clock times, read around each call only here: other processes' timelines are
+        // compared with these.
+        std::vector<double> ends(static_cast<size_t>(iters) + 1);
+        ends[0] = wall_seconds();
+        for (index = 0; index < iters; ++index) {
+          run_once();
+          ends[static_cast<size_t>(index) + 1] = wall_seconds();
+        }
+        for (size_t i = 0; i + 1 < ends.size(); ++i)
+          timeline_ << fmt::format("{} {} {:.6f} {:.6f}\n", bytes, i, ends[i], ends[i + 1]);
+        timeline_.flush();
+      } else {
+        for (index = 0; index < iters; ++index) run_once();
+      }
       const std::chrono::duration<double, std::micro> elapsed =
           std::chrono::steady_clock::now() - start;
       local[0] = elapsed.count() / iters / batch;
@@ -502,6 +534,7 @@ class Runner {
   void* send_ = nullptr;  // in place: the one buffer (recv_ == send_)
   void* recv_ = nullptr;
   std::ofstream json_;
+  std::ofstream timeline_;
   size_t mismatch_lines_ = 0;
   uint64_t hidden_mismatches_ = 0;
 };

@@ -32,6 +32,11 @@ struct Config {
   bool check = false;
   bool inplace = false;
   std::string json_path;  // empty: no JSON
+  // --timeline: world rank 0 writes one line per timed iteration, "BYTES INDEX START END"
+  // (wall-clock seconds), so that runs in different processes (jobs sharing a link) can be
+  // compared over the same window. Empty: none.
+  std::string timeline_path;
+  double started_at = 0;  // wall-clock seconds when the process started: --timeline's header
   // --comm split:K: the collective runs in K groups, world rank r in group r % K (ordered by
   // world rank). 0: on the world (--comm world).
   int split_groups = 0;
@@ -44,6 +49,9 @@ struct Config {
   // within the compression's error (batch.hpp) instead of exactly.
   nc_compress_t compress = NC_COMPRESS_NONE;
 };
+
+// Wall-clock seconds since the epoch: comparable between processes on one machine.
+double wall_seconds();
 
 // "world" (0) or "split:K" with K >= 1 (K); empty on anything else.
 std::optional<int> parse_comm(std::string_view text);

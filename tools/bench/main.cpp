@@ -73,6 +73,7 @@ struct Flags {
   int warmup = 5;
   bool check = false;
   std::string json;
+  std::string timeline;
   std::string backend;    // empty: NODECOMM_BACKEND, else nodecomm
   std::string link_rate;  // empty: NODECOMM_LINK_RATE, else not known
   bool inplace = false;
@@ -134,6 +135,7 @@ nodecomm::bench::Config to_config(const Flags& f, const CLI::App& app) {
   c.check = f.check;
   c.inplace = f.inplace;
   c.json_path = f.json;
+  c.timeline_path = f.timeline;
   if (!f.link_rate.empty()) {
     // Validated already, but a second look costs nothing.
     const auto rate = nodecomm::bench::parse_link_rate(f.link_rate);
@@ -145,6 +147,7 @@ nodecomm::bench::Config to_config(const Flags& f, const CLI::App& app) {
 }
 
 int bench_main(int argc, char** argv) {
+  const double started_at = nodecomm::bench::wall_seconds();
   CLI::App app{
       "nodecomm-bench: collective latency and bandwidth, nccl-tests style.\n"
       "With --backend nodecomm run it under nodecomm-launch; with --backend mpi or gloo\n"
@@ -198,6 +201,12 @@ int bench_main(int argc, char** argv) {
                "Verify every element of one run per size against an independent reference");
   app.add_option("--json", f.json, "Also write one JSON object per size to FILE (JSON Lines)")
       ->type_name("FILE");
+  app.add_option("--timeline", f.timeline,
+                 "Also write one line per timed iteration to FILE: \"BYTES INDEX START END\", "
+                 "wall-clock seconds on rank 0 (to compare runs over the same window), after "
+                 "\"# started S first-collective E\": the last rank's start and when the first "
+                 "collective had completed on every rank")
+      ->type_name("FILE");
   app.add_option("--backend", f.backend,
                  "nodecomm (under nodecomm-launch), mpi (under mpirun, or nodecomm-launch "
                  "--backend mpi) or gloo (Gloo's collectives over TCP, under nodecomm-launch "
@@ -241,6 +250,7 @@ int bench_main(int argc, char** argv) {
       }
     }
     config = to_config(f, app);
+    config.started_at = started_at;
     // Also sets the daemon's runtime parameters in the environment, for nc_init.
     mode = nodecomm::bench::resolve_run_mode(xf, app, f.backend, config);
   } catch (const CLI::CallForHelp& e) {
