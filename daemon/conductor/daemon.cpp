@@ -264,7 +264,7 @@ void Daemon::heartbeat() {
   check_client_heartbeats(now);
   check_deadlines(now);
   for (auto& [id, client] : clients_) client->heartbeat(now);
-  share_links();
+  share_links(now);
   // The counters list every job; the algorithm parameters in effect they show are the oldest
   // job's (its rounds may have agreed node 0's).
   ServedJob* shown = nullptr;

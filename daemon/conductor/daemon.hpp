@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "conductor/link_share.hpp"
 #include "conductor/served_job.hpp"
 #include "config/config.hpp"
 #include "config/job_weights.hpp"
@@ -72,9 +73,8 @@ class Daemon {
   // Fails every job running over `group` after one of its daemons was lost.
   void fail_jobs_over(const Transport& group, const std::string& text);
   void end_job(ServedJob& served);
-  // Jobs moving data between nodes at once split this node's link by weight: each gets its
-  // weighted share of their windows together, or more while the others leave it unused.
-  void share_links();
+  // Jobs moving data between nodes at once split this node's link by weight (link_share.hpp).
+  void share_links(uint64_t now);
   // --allow-uids / --allow-groups: may this peer join a job that another uid started?
   bool may_join_others(const ClientSession& client) const;
   // Failure notices to and from the other daemons of the job: send_notices hands the engine's
@@ -175,8 +175,9 @@ class Daemon {
   JobGroupFormer* job_groups_ = nullptr;
   std::string no_groups_reason_;
   std::vector<WeightRule> job_weights_;  // parsed config_.job_weights
-  std::string lost_peer_;                // why this daemon's group can run no more multi-node jobs
-  CountersPublisher counters_;           // the counters segment nodecommctl reads (counters.hpp)
+  LinkSharer link_sharer_;
+  std::string lost_peer_;       // why this daemon's group can run no more multi-node jobs
+  CountersPublisher counters_;  // the counters segment nodecommctl reads (counters.hpp)
 };
 
 }  // namespace nodecomm::daemon

@@ -45,6 +45,12 @@ size_t ServedJob::bytes_on_network() const {
   return bytes;
 }
 
+uint64_t ServedJob::bytes_completed() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, comm] : job_->comms) bytes += comm->schedule.completed_bytes;
+  return bytes;
+}
+
 void ServedJob::configure(const DaemonConfig& config) {
   engine_->set_scheduler_tuning(config.sched);
   engine_->set_limits(config.limits);

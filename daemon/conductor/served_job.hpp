@@ -48,6 +48,8 @@ class ServedJob {
   // network now (Daemon::share_links).
   size_t nominal_window() const;
   size_t bytes_on_network() const;
+  // The bytes its multi-node communicators have completed, cumulative.
+  uint64_t bytes_completed() const;
 
  private:
   std::unique_ptr<Transport> owned_;

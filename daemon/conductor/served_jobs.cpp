@@ -74,32 +74,22 @@ void Daemon::fail_jobs_over(const Transport& group, const std::string& text) {
   }
 }
 
-void Daemon::share_links() {
-  std::vector<ServedJob*> active;
-  uint64_t weights = 0;
-  size_t windows = 0;
-  size_t on_network = 0;
+void Daemon::share_links(uint64_t now) {
+  std::vector<LinkUser> users;
+  std::vector<ServedJob*> served_users;
   for (auto& [name, served] : jobs_) {
-    served->engine().set_window_override(0);
     const Job& job = served->job();
-    if (job.state != Job::State::kRunning || job.node_count < 2) continue;
-    const size_t bytes = served->bytes_on_network();
-    if (bytes == 0) continue;  // moves nothing between nodes now
-    active.push_back(served.get());
-    weights += served->weight;
-    windows += served->nominal_window();
-    on_network += bytes;
+    if (job.state != Job::State::kRunning || job.node_count < 2) {
+      served->engine().set_link_share({});
+      continue;
+    }
+    users.push_back({name, served->weight, served->nominal_window(), served->bytes_on_network(),
+                     served->bytes_completed()});
+    served_users.push_back(served.get());
   }
-  if (active.size() < 2) return;
-  for (ServedJob* served : active) {
-    const size_t fair = static_cast<size_t>(static_cast<double>(windows) * served->weight /
-                                            static_cast<double>(weights));
-    // What the others leave unused may be borrowed; as they take their share back, their
-    // bytes on the network grow and this shrinks to the fair share.
-    const size_t others = on_network - served->bytes_on_network();
-    const size_t unused = windows > others ? windows - others : 0;
-    served->engine().set_window_override(std::max({fair, unused, kMinChunkBytes}));
-  }
+  const std::vector<LinkGrant> grants = link_sharer_.share(now, users);
+  for (size_t i = 0; i < grants.size(); ++i)
+    served_users[i]->engine().set_link_share({grants[i].window, grants[i].chunk});
 }
 
 ServedJob* Daemon::served_of(const ClientSession& client) {

@@ -41,12 +41,18 @@ class Engine {
   void set_limits(const EngineLimits& limits) { limits_ = limits; }
   const SchedulerTuning& scheduler_tuning() const { return sched_; }
   const EngineLimits& limits() const { return limits_; }
-  // The bytes each multi-node communicator of the job may have on the network: its share of
-  // the link when other jobs use it too (Daemon::share_links); 0: the communicator's own
-  // window (CommSchedule::window). Every node's round takes the least room of all, so a job
-  // moves at the pace of its most shared node.
-  void set_window_override(size_t bytes) { window_override_ = bytes; }
-  size_t window_override() const { return window_override_; }
+  // Its share of the link when other jobs use it too (Daemon::share_links): the bytes each
+  // multi-node communicator of the job may have on the network, and the chunk they move in,
+  // the same for every job sharing the link (the transport interleaves jobs message by
+  // message, so equal chunks make the windows' ratio the bytes' ratio). Zeros: the
+  // communicator's own (CommSchedule::window, chunk). Every node's round takes the least room
+  // of all, so a job moves at the pace of its most shared node.
+  struct LinkShare {
+    size_t window = 0;
+    size_t chunk = 0;
+  };
+  void set_link_share(LinkShare share) { link_share_ = share; }
+  const LinkShare& link_share() const { return link_share_; }
   // This daemon's inter-node algorithm settings. Node 0's are sent with every scheduling
   // round and every daemon applies them to its transport before starting the round's units,
   // so a runtime change (nodecommctl set chunk-size) reaches all nodes at the same point. A
@@ -121,7 +127,7 @@ class Engine {
   StagingPool& staging_;
   EngineLimits limits_;
   SchedulerTuning sched_;
-  size_t window_override_ = 0;
+  LinkShare link_share_;
   AlgorithmTuning algorithm_;
   EngineObserver* observer_ = nullptr;
   // Every transfer, summary exchange and round on the network holds one token of this

@@ -192,7 +192,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   }
   // A new round once at least one chunk fits in the window by the time its plan arrives.
   const size_t nodes = comm.layout().node_count;
-  const size_t chunk = sched.chunk(tuning, nodes);
+  const size_t chunk = this->chunk(sched, tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
       sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
           std::max(window(sched, tuning, nodes), chunk)) {
@@ -224,8 +224,14 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
 
 size_t NegotiatedOrder::window(const CommSchedule& sched, const SchedulerTuning& tuning,
                                size_t nodes) const {
-  const size_t share = engine_.window_override_;
+  const size_t share = engine_.link_share_.window;
   return share != 0 ? share : sched.window(tuning, nodes);
+}
+
+size_t NegotiatedOrder::chunk(const CommSchedule& sched, const SchedulerTuning& tuning,
+                              size_t nodes) const {
+  const size_t share = engine_.link_share_.chunk;
+  return share != 0 ? share : sched.chunk(tuning, nodes);
 }
 
 void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
@@ -242,7 +248,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.policy = static_cast<uint32_t>(tuning.policy);
   mine.fusion = tuning.fusion ? 1 : 0;
   mine.fusion_threshold = tuning.fusion_threshold_bytes;
-  mine.chunk_bytes = sched.chunk(tuning, lay.node_count);
+  mine.chunk_bytes = chunk(sched, tuning, lay.node_count);
   const size_t window = this->window(sched, tuning, lay.node_count);
   // The room the window will have when the plan arrives: the round overlaps transfers.
   const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();

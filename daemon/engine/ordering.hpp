@@ -85,8 +85,9 @@ class NegotiatedOrder final : public OrderingPolicy {
   void fail_unit(Job& job, Communicator& comm, ScheduledUnit& unit, const std::string& why,
                  proto::Status status = proto::Status::kPeerLost);
   bool locally_ready(const Communicator& comm, const Operation& op) const;
-  // The communicator's window, or its share of the link (Engine::set_window_override).
+  // The communicator's window and chunk, or its share of the link (Engine::set_link_share).
   size_t window(const CommSchedule& sched, const SchedulerTuning& tuning, size_t nodes) const;
+  size_t chunk(const CommSchedule& sched, const SchedulerTuning& tuning, size_t nodes) const;
 
   Engine& engine_;  // as in SequenceOrder
   // Rounds and units given up with a lost node: kept for their buffers, never reused.

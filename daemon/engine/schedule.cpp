@@ -41,6 +41,7 @@ void CommSchedule::record_completion(size_t bytes, uint64_t now) {
   }
   last_completion_ns = now;
   interval_bytes += bytes;
+  completed_bytes += bytes;
   const uint64_t elapsed = now - interval_start_ns;
   if (elapsed < kIntervalNs) return;
   const double sample = static_cast<double>(interval_bytes) * 1e9 / static_cast<double>(elapsed);

@@ -23,8 +23,8 @@
 
 #include "config/tuning.hpp"
 #include "engine/in_flight.hpp"
-#include "engine/staging.hpp"
 #include "engine/round_record.hpp"
+#include "engine/staging.hpp"
 #include "engine/wire_formats.hpp"
 #include "nodecomm/proto/control.hpp"
 #include "nodecomm/proto/types.hpp"
@@ -94,6 +94,8 @@ struct CommSchedule {
   uint64_t interval_start_ns = 0;
   uint64_t last_completion_ns = 0;
   size_t interval_bytes = 0;
+  // Every unit's bytes, cumulative: the job's rate against other jobs' (conductor/link_share).
+  uint64_t completed_bytes = 0;
 
   // Scheduled bytes allowed on the network for a communicator over `nodes` nodes, and the
   // largest unit. A ring unit of B bytes keeps about B/N on each link at a time and completes

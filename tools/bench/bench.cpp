@@ -103,8 +103,7 @@ std::string comm_name(int split_groups) {
 }
 
 double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 namespace {
@@ -267,7 +266,8 @@ class Runner {
     scratch_[1] = wall_seconds();
     backend_.allreduce(scratch_, scratch_, 2, NC_F64, NC_MAX);
     if (!timeline_.is_open()) return;
-    timeline_ << fmt::format("# started {:.6f} first-collective {:.6f}\n", scratch_[0], scratch_[1]);
+    timeline_ << fmt::format("# started {:.6f} first-collective {:.6f}\n", scratch_[0],
+                             scratch_[1]);
     timeline_.flush();
   }
   // --compress applies to allreduce only (main rejects it elsewhere).
@@ -307,6 +307,13 @@ class Runner {
         }
         if (config_.batch > 1 && !has_buffers(config_.collective)) {
           batch_.allocate(nullptr, 0, nullptr, 0, 1);  // barrier: nothing to allocate
+        }
+        if (rank_ == 0 && !config_.timeline_path.empty()) {
+          timeline_.open(config_.timeline_path, std::ios::out | std::ios::trunc);
+          if (!timeline_) {
+            throw std::runtime_error(fmt::format("cannot open --timeline file {}: {}",
+                                                 config_.timeline_path, std::strerror(errno)));
+          }
         }
       });
     } catch (const BackendError& e) {
