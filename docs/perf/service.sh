@@ -145,10 +145,12 @@ formation() {
   up 4
   local rep
   for rep in $(seq "$REPS"); do
+    local t0
+    t0=$(date +%s.%N)
     attach "form$rep" :: --job "form$rep" --nodes 4 --ranks-per-node 1 -- \
       "$BENCH" --sizes 8 --iters 1 --warmup 0 --timeline "$work/form$rep.tl"
     wait $! || die "4-node job $rep failed"
-    awk '/^# started/ { printf "formation rep '"$rep"': service, 4 nodes: %.3f s from the last rank'"'"'s start to its first collective done\n", $5 - $3 }' \
+    awk -v t0="$t0" '/^# started/ { printf "formation rep '"$rep"': service, 4 nodes: %.3f s from the last rank'"'"'s start to its first collective done, %.3f s from the launcher'"'"'s\n", $5 - $3, $5 - t0 }' \
       "$work/form$rep.tl"
   done
   down
