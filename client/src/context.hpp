@@ -30,6 +30,10 @@ struct Result {
   static Result ok() { return {}; }
 };
 
+inline Result fail(nc_status_t status, std::string message) {
+  return Result{status, std::move(message)};
+}
+
 struct Settings {
   std::string runtime_dir;
   std::string job;
