@@ -4,9 +4,8 @@
 #   share      two bandwidth-bound jobs on the same 2 nodes, weights 1:1 and then 3:1 (the
 #              daemons run --job-weights '*=3', the jobs ask with NODECOMM_JOB_WEIGHT), after
 #              each job alone. Each job's algbw is taken over the window where both jobs' timed
-#              loops overlap (nodecomm-bench --timeline; an iteration cut by the window counts
-#              in proportion), and printed as its share of the two (A / (A + B)) and as a
-#              fraction of its own algbw alone.
+#              loops overlap (nodecomm-bench --timeline, tools/timeline-share), and printed
+#              as its share of the two (A / (A + B)) and as a fraction of its own algbw alone.
 #   single     one job, 2 nodes x 2 ranks, allreduce 16 and 64 MiB: link efficiency through the
 #              service against per-job daemons (nodecomm-launch without --service), interleaved.
 #   formation  a new 4-node job (1 rank per node) on a 4-node service cluster: from the last
@@ -21,6 +20,7 @@ REPS=${3:-3}
 LAUNCH=$BUILD/bin/nodecomm-launch
 BENCH=$BUILD/bin/nodecomm-bench
 NAME=perfsvc$$
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/nodecomm-perfsvc.XXXXXX)
 chmod 0755 "$work"
 cleanup() {
@@ -53,41 +53,6 @@ attach() {
   env "${envs[@]}" timeout --kill-after=5 600 "$LAUNCH" --attach --cluster "$NAME" \
     --timeout 590 "$@" >"$work/$out.out" 2>&1 &
 }
-# window A.tl B.tl [SOLO_A.tl SOLO_B.tl]: the two jobs' shares over their common window.
-window() {
-  python3 - "$@" <<'EOF'
-import sys
-def load(path):
-    rows = []
-    for line in open(path):
-        if line.startswith('#'):
-            continue
-        b, _, s, e = line.split()
-        rows.append((int(b), float(s), float(e)))
-    return rows
-def solo(rows):
-    return sum(b for b, _, _ in rows) / (rows[-1][2] - rows[0][1])
-a, b = load(sys.argv[1]), load(sys.argv[2])
-lo = max(a[0][1], b[0][1])
-hi = min(a[-1][2], b[-1][2])
-if hi - lo < 2:
-    sys.exit(f"service.sh: the jobs overlapped {hi - lo:.2f} s only")
-def in_window(rows):
-    got = 0.0
-    for b_, s, e in rows:
-        got += b_ * max(0.0, min(e, hi) - max(s, lo)) / (e - s)
-    return got / (hi - lo)
-ra, rb = in_window(a), in_window(b)
-line = (f"window {hi - lo:.1f} s   algbw A {ra / 1e6:.1f} MB/s  B {rb / 1e6:.1f} MB/s   "
-        f"share A {ra / (ra + rb):.3f}  B {rb / (ra + rb):.3f}")
-if len(sys.argv) > 4:
-    sa, sb = solo(load(sys.argv[3])), solo(load(sys.argv[4]))
-    line += (f"   of alone: A {ra / sa:.3f} B {rb / sb:.3f} (alone {sa / 1e6:.1f}, "
-             f"{sb / 1e6:.1f} MB/s)")
-print(line)
-EOF
-}
-
 SHARE_SIZE=32M
 SHARE_ITERS=${SHARE_ITERS:-40}
 bench_args() {  # bench_args TIMELINE
@@ -116,8 +81,8 @@ share() {
       local b=$!
       wait "$a" || die "job A ($weights) failed"
       wait "$b" || die "job B ($weights) failed"
-      echo "share $weights rep $rep: $(window "$work/${tag}a$wa.tl" "$work/${tag}b$wa.tl" \
-        "$work/${tag}solo-a.tl" "$work/${tag}solo-b.tl")"
+      echo "share $weights rep $rep: $("$HERE/tools/timeline-share" "$work/${tag}a$wa.tl" \
+        "$work/${tag}b$wa.tl" --alone "$work/${tag}solo-a.tl" "$work/${tag}solo-b.tl")"
     done
   done
   down

@@ -13,19 +13,8 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 skip() { echo "SKIP: $*"; exit $SKIP; }
 
-[ "$(id -u)" -eq 0 ] || skip "--netsim needs root to create network namespaces (running as uid $(id -u))"
-for tool in ip tc unshare; do
-  command -v "$tool" >/dev/null || skip "$tool is not installed (iproute2, util-linux)"
-done
-# Everything the launcher needs, tried once in a throw-away namespace (its name is no launcher's).
-probe_ns=nctestprobe$$
-if ! why=$( { ip netns add $probe_ns && ip -n $probe_ns link add br0 type bridge &&
-              ip -n $probe_ns link add name va type veth peer name vb &&
-              tc -n $probe_ns qdisc add dev va root tbf rate 1gbit burst 256kb latency 5ms; } 2>&1); then
-  ip netns delete $probe_ns 2>/dev/null
-  skip "this machine does not allow network namespaces with a bridge, veths and tbf: $why"
-fi
-ip netns delete $probe_ns
+source "$(dirname "$0")/netsim_probe.sh"
+if why=$(netsim_unavailable); then skip "$why"; fi
 
 LINKS_BEFORE=$(ip -o link show type veth; ip -o link show type bridge)
 WORK=$(mktemp -d /tmp/nodecomm-netsim-test.XXXXXX)

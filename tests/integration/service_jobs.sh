@@ -42,17 +42,10 @@ cleanup() {
 trap cleanup EXIT
 source "$(dirname "$0")/other_uid_copy.sh"
 
-# Simulated 1 Gbit/s links where this machine allows namespaces with a bridge, veths and tbf
-# (as service_netsim.sh probes), else loopback.
-netsim=()
-probe=ncjobsprobe$$
-if [ "$(id -u)" -eq 0 ] && command -v tc >/dev/null &&
-  { ip netns add $probe && ip -n $probe link add br0 type bridge &&
-    ip -n $probe link add name va type veth peer name vb &&
-    tc -n $probe qdisc add dev va root tbf rate 1gbit burst 256kb latency 5ms; } 2>/dev/null; then
-  netsim=(--netsim 1gbit)
-fi
-ip netns delete $probe 2>/dev/null
+# Simulated 1 Gbit/s links where this machine allows them, else loopback.
+source "$(dirname "$0")/netsim_probe.sh"
+netsim=(--netsim 1gbit)
+if netsim_unavailable >/dev/null; then netsim=(); fi
 # Job B as another uid where this runs as root.
 as_other=()
 OBIN="$BIN"

@@ -24,19 +24,9 @@ skip() {
   exit 77
 }
 
-[ "$(id -u)" -eq 0 ] || skip "--netsim needs root to create network namespaces (running as uid $(id -u))"
 command -v ompi-server >/dev/null || skip "ompi-server is not installed (package openmpi-bin)"
-for tool in ip tc unshare; do
-  command -v "$tool" >/dev/null || skip "$tool is not installed (iproute2, util-linux)"
-done
-probe_ns=nctestprobe$$
-if ! why=$({ ip netns add $probe_ns && ip -n $probe_ns link add br0 type bridge &&
-  ip -n $probe_ns link add name va type veth peer name vb &&
-  tc -n $probe_ns qdisc add dev va root tbf rate 1gbit burst 256kb latency 5ms; } 2>&1); then
-  ip netns delete $probe_ns 2>/dev/null
-  skip "this machine does not allow network namespaces with a bridge, veths and tbf: $why"
-fi
-ip netns delete $probe_ns
+source "$(dirname "$0")/netsim_probe.sh"
+if why=$(netsim_unavailable); then skip "$why"; fi
 
 work=$(mktemp -d /tmp/nodecomm-svcnet.XXXXXX)
 failures=0
