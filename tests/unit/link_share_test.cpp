@@ -58,6 +58,7 @@ std::vector<double> simulate(LinkSharer& sharer, std::vector<SimJob>& jobs, doub
       for (size_t i = 0; i < jobs.size(); ++i) at_last_second[i] = jobs[i].user.completed_bytes;
     }
     std::vector<LinkUser> users;
+    users.reserve(jobs.size());
     for (const SimJob& j : jobs) users.push_back(j.user);
     const std::vector<LinkGrant> grants = sharer.share(now, users);
     for (size_t i = 0; i < jobs.size(); ++i) jobs[i].grant = grants[i];
