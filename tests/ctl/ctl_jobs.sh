@@ -51,29 +51,33 @@ start_rank() {
     --soak-max-bytes 256K >"$work/$1$2.log" 2>&1 &
   pids+=($!)
 }
+# a first, so that it is the oldest job (status names the oldest); b's one rank would
+# otherwise often form before a's two.
 start_rank a 0 2
 start_rank a 1 2
+for _ in $(seq 300); do grep -q "job a formed" "$work/daemon.log" && break; sleep 0.1; done
+grep -q "job a formed" "$work/daemon.log" || fail "job a did not form within 30 s"
 start_rank b 0 1
 
 ctl() { "$CTL" "$@" --instance "$instance"; }
 uid=$(id -u)
 running=0
 for _ in $(seq 200); do
-  if ctl jobs --json >"$work/jobs.json" 2>/dev/null &&
-    [ "$(json '[(j["name"], j["state"], j["attached"], j["local_size"], j["ops_completed"] > 0) for j in d["jobs"]]' <"$work/jobs.json")" = "[('a', 'running', 2, 2, True), ('b', 'running', 1, 1, True)]" ]; then
+  if ctl jobs --json >"$work/jobs.json" 2>"$work/jobs.err" &&
+    [ "$(json 'sorted((j["name"], j["state"], j["attached"], j["local_size"], j["ops_completed"] > 0) for j in d["jobs"])' <"$work/jobs.json")" = "[('a', 'running', 2, 2, True), ('b', 'running', 1, 1, True)]" ]; then
     running=1
     break
   fi
   sleep 0.1
 done
 if [ "$running" -ne 1 ]; then
-  fail "jobs a and b did not both run: $(cat "$work/jobs.json" 2>/dev/null) $(tail -5 "$work"/*.log)"
+  fail "jobs a and b did not both run: $(cat "$work/jobs.json" 2>/dev/null) (nodecommctl jobs said on stderr: $(cat "$work/jobs.err" 2>/dev/null)) $(tail -n 5 "$work"/*.log)"
   exit 1
 fi
 pass "jobs a (2 ranks) and b (1 rank) running at once"
 
 # 1. jobs
-[ "$(json '(d["instance"], d["total"], [(j["uid"], j["node_index"], j["node_count"], j["world_size"]) for j in d["jobs"]])' <"$work/jobs.json")" = "('$instance', 2, [($uid, 0, 1, 2), ($uid, 0, 1, 1)])" ] &&
+[ "$(json '(d["instance"], d["total"], [(j["uid"], j["node_index"], j["node_count"], j["world_size"]) for j in sorted(d["jobs"], key=lambda j: j["name"])])' <"$work/jobs.json")" = "('$instance', 2, [($uid, 0, 1, 2), ($uid, 0, 1, 1)])" ] &&
   pass "jobs --json: owner uid $uid, node 0/1, world sizes 2 and 1" || fail "jobs --json: $(cat "$work/jobs.json")"
 ctl jobs >"$work/jobs.txt" || fail "jobs exit $?"
 grep -Eq "^a +running +$uid +2/2 +0/1 +2 +[0-9]+ +[1-9][0-9]* " "$work/jobs.txt" &&
@@ -101,7 +105,7 @@ ctl status >"$work/status.txt" || fail "status exit $?"
   grep -q "^job        'a' running: 2 ranks on 1 nodes; this is node 0, ranks 0..1 (2/2 attached), [0-9]* communicator(s), [0-9]* ops posted$" "$work/status.txt" &&
   grep -q "^job        'b' running: 1 ranks on 1 nodes" "$work/status.txt" &&
   pass "status: a job line each, a's first" || fail "status: $(cat "$work/status.txt")"
-[ "$(ctl status --json | json '(d["job"]["name"], [j["name"] for j in d["jobs"]])')" = "('a', ['a', 'b'])" ] &&
+[ "$(ctl status --json | json '(d["job"]["name"], sorted(j["name"] for j in d["jobs"]))')" = "('a', ['a', 'b'])" ] &&
   pass "status --json: job (the oldest) and jobs" || fail "status --json: $(ctl status --json)"
 [ "$(ctl status --job b | grep -c "^job ")" -eq 1 ] && ctl status --job b | grep -q "^job        'b' running" &&
   pass "status --job b: b's line only" || fail "status --job b: $(ctl status --job b)"
@@ -170,7 +174,7 @@ EOF
 
 # Both jobs finish, every result exact.
 for p in "${pids[@]}"; do
-  wait "$p" || fail "a rank failed (exit $?): $(tail -5 "$work"/*.log)"
+  wait "$p" || fail "a rank failed (exit $?): $(tail -n 5 "$work"/*.log)"
 done
 pids=()
 pass "jobs a and b finished"
