@@ -262,6 +262,18 @@ int bench_main(int argc, char** argv) {
     return 2;
   }
 
+  if (xf.print_layers) {
+    if (mode.kind != nodecomm::bench::RunMode::kWorkload) {
+      std::fprintf(stderr, "nodecomm-bench: error: --print-layers needs --workload (see --help)\n");
+      return 2;
+    }
+    fmt::print("# {}: {} layers in backprop order, name elements compute_us\n", xf.workload,
+               mode.workload.layers.size());
+    for (const auto& layer : mode.workload.layers)
+      fmt::print("{} {} {:.3f}\n", layer.name, layer.count, layer.compute_us);
+    return 0;
+  }
+
   std::unique_ptr<nodecomm::bench::Backend> backend;
   try {
     if (f.backend == "mpi") {

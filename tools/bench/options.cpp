@@ -41,6 +41,10 @@ void add_extra_flags(CLI::App& app, ExtraFlags& f) {
                  "calibrated loop burns the rank's core)")
       ->check(CLI::IsMember({"sleep", "spin"}))
       ->capture_default_str();
+  app.add_flag("--print-layers", f.print_layers,
+               "--workload: print the step's layers in backprop order as a FILE would give them "
+               "(`name elements compute_us`, after --scale and --compute-ms) and exit, without "
+               "a daemon (tools/scale-model reads them)");
   app.add_option("--steps", f.steps, "--workload: timed steps per pass")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -1,0 +1,91 @@
+"""tools/scale-model's calibration and prediction code on small inputs (issue 20): fitting
+recovers known parameters from times they generate, the paths match the daemon's switch
+points, and the step simulation behaves as a step does."""
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tools'))
+from scale_model import fit, model, workload  # noqa: E402
+
+KIB, MIB = model.KIB, model.MIB
+RATE = 125e6
+
+
+class Model(unittest.TestCase):
+    def test_paths_follow_the_daemons_switch_points(self):
+        t = model.Tuning()
+        self.assertEqual(model.algorithm(t, 8, 1), 'local')
+        self.assertEqual(model.algorithm(t, 1024, 4), 'eager')
+        self.assertEqual(model.algorithm(t, 64 * KIB, 4), 'recursive_doubling')
+        self.assertEqual(model.algorithm(t, 64 * KIB, 2), 'ring')  # as choose_allreduce
+        self.assertEqual(model.algorithm(t, 64 * KIB + 4, 4), 'ring')
+        self.assertEqual(model.rd_steps(4), 2)
+        self.assertEqual(model.rd_steps(6), 4)  # 2 + the two extra steps
+
+    def test_large_ring_approaches_the_link(self):
+        p = model.Params(eta=1.0, l1=0, l2=0)
+        t = model.Tuning()
+        for nodes in (2, 4, 8):
+            size = 1 << 30
+            wire = 2 * (nodes - 1) / nodes * size / RATE
+            self.assertAlmostEqual(model.allreduce_time(p, t, size, nodes, 1, RATE) / wire, 1,
+                                   delta=0.01)
+
+    def test_rounds_combine_beyond_gather_nodes(self):
+        p, t = model.Params(), model.Tuning()
+        self.assertEqual(model.round_time(p, t, 1), 0)
+        self.assertAlmostEqual(model.round_time(p, t, 8), p.alpha_r + 6 * p.alpha_p)
+        self.assertAlmostEqual(model.round_time(p, t, 4096), 12 * p.alpha_r)
+
+
+class Calibration(unittest.TestCase):
+    def test_fit_recovers_the_times_of_known_parameters(self):
+        truth = model.Params(o1=30e-6, o2=12e-6, l1=0.3e-9, l2=0.5e-9, alpha_r=150e-6,
+                             alpha_p=40e-6, alpha_m=80e-6, eta=0.9, overlap_rest=0.2,
+                             contention=0.5)
+        t = model.Tuning()
+        points = []
+        for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1)):
+            for size in (8, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB):
+                points.append((size, nodes, ranks, RATE,
+                               model.allreduce_time(truth, t, size, nodes, ranks, RATE)))
+        fitted, rms = fit.calibrate(points)
+        self.assertLess(rms, 0.02)
+        # What matters is the times it predicts, here and where it was not fitted.
+        for nodes, ranks in ((4, 1), (6, 2), (8, 2)):
+            for size in (8, 16 * KIB, MIB, 64 * MIB):
+                want = model.allreduce_time(truth, t, size, nodes, ranks, RATE)
+                got = model.allreduce_time(fitted, t, size, nodes, ranks, RATE)
+                self.assertLess(abs(got / want - 1), 0.1, (nodes, ranks, size))
+
+    def test_params_survive_json(self):
+        p = model.Params(alpha_m=1e-5)
+        self.assertEqual(model.Params.from_json(p.to_json()), p)
+
+
+class Step(unittest.TestCase):
+    LAYERS = [('fc', 1 << 20, 1000.0), ('mid', 1 << 18, 5000.0), ('conv1', 1 << 10, 2000.0)]
+
+    def test_a_step_is_at_least_its_compute_and_its_communication(self):
+        p, t = model.Params(), model.Tuning()
+        s = workload.step_times(p, t, self.LAYERS, 4, 1, RATE)
+        self.assertAlmostEqual(s['t_compute'], 0.008)
+        self.assertGreaterEqual(s['t_step'], s['t_compute'])
+        self.assertGreaterEqual(s['t_step'] + 1e-9, s['t_comm'] * 0.5)
+        # Overlap: less than compute followed by all communication.
+        self.assertLess(s['t_step'], s['t_compute'] + s['t_comm'])
+
+    def test_one_node_step_is_compute_and_local_work(self):
+        p, t = model.Params(), model.Tuning()
+        s = workload.step_times(p, t, self.LAYERS, 1, 1, RATE)
+        self.assertLess(s['t_step'] - s['t_compute'], 0.005)
+
+    def test_layers_parse_as_a_file_gives_them(self):
+        self.assertEqual(workload.read_layers('# c\nfc 10 2.5\nconv 3\n'),
+                         [('fc', 10, 2.5), ('conv', 3, 0.0)])
+
+
+if __name__ == '__main__':
+    unittest.main()

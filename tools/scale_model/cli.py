@@ -1,0 +1,238 @@
+"""tools/scale-model: calibrate, predict, check, project (docs/SCALING.md)."""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+from . import fabrics, fit, measure, model, plots, workload
+
+KIB, MIB = model.KIB, model.MIB
+CAL_SIZES = [8, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+CHECK_SIZES = [8, 1 * KIB, 16 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]
+# Scaled so that a step takes about a second on 1 Gbit/s links (compute: the default, the
+# gradients' bytes / 125 MB/s).
+WORKLOADS = {'resnet50': 0.25, 'bert-large': 0.02}
+
+
+def parse_sizes(text):
+    from_unit = {'K': KIB, 'M': MIB, 'G': 1024 * MIB}
+    out = []
+    for item in text.split(','):
+        item = item.strip()
+        out.append(int(float(item[:-1]) * from_unit[item[-1].upper()])
+                   if item[-1].upper() in from_unit else int(item))
+    return out
+
+
+def load_params(path):
+    with open(path) as f:
+        d = json.load(f)
+    return model.Params.from_json(d['params'] if 'params' in d else d)
+
+
+def calibration_points(runner, rate):
+    """The measurements calibration fits: 1 node x 1 and 2 ranks, 2 nodes x 1 and 2 ranks,
+    3 nodes x 1 rank (the round's cost per further peer), each over CAL_SIZES."""
+    rb = measure.rate_bytes(rate)
+    points = []
+    for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1)):
+        for size, seconds in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
+            points.append((size, nodes, ranks, rb, seconds))
+    return points
+
+
+def cmd_calibrate(a):
+    if a.points:
+        with open(a.points) as f:
+            points = [tuple(p) for p in json.load(f)['points']]
+    else:
+        runner = measure.Runner(a.build, timeout=a.timeout)
+        points = calibration_points(runner, a.rate)
+    params, rms = fit.calibrate(points)
+    params.source['calibrated_on'] = f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}"
+    out = {'params': params.to_json(), 'rate': a.rate, 'points': points}
+    text = json.dumps(out, indent=1)
+    if a.out:
+        with open(a.out, 'w') as f:
+            f.write(text + '\n')
+    for name in fit.FITTED:
+        print(f"{name:>13} {getattr(params, name):.4g}")
+    print(f"# fitted over {len(points)} points, rms of log(pred/meas) {rms:.3f}")
+    return 0
+
+
+def predict_rows(p, t, sizes, nodes, ranks, rate):
+    rb = measure.rate_bytes(rate)
+    rows = []
+    for s in sizes:
+        parts = model.allreduce_parts(p, t, s, nodes, ranks, rb)
+        rows.append({'size': s, 'nodes': nodes, 'ranks': ranks, 'rate': rate,
+                     'algorithm': parts['algorithm'], 'predicted_s': parts['total'],
+                     'parts': {k: v for k, v in parts.items() if k not in ('algorithm',)}})
+    return rows
+
+
+def cmd_predict(a):
+    p = load_params(a.params)
+    t = model.Tuning()
+    out = []
+    for nodes in a.nodes:
+        for ranks in a.ranks:
+            out += predict_rows(p, t, a.sizes, nodes, ranks, a.rate)
+            for w in a.workload or []:
+                name, scale = w.split(':') if ':' in w else (w, WORKLOADS.get(w, 1.0))
+                layers = workload.bench_layers(os.path.join(a.build, 'bin', 'nodecomm-bench'),
+                                               name, float(scale))
+                times = workload.step_times(p, t, layers, nodes, ranks,
+                                            measure.rate_bytes(a.rate))
+                out.append({'workload': name, 'scale': float(scale), 'nodes': nodes,
+                            'ranks': ranks, 'rate': a.rate, **times})
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+def error_table(rows):
+    errs = [abs(r['error']) for r in rows]
+    return (statistics.median(errs), max(errs)) if errs else (0.0, 0.0)
+
+
+def cmd_check(a):
+    p = load_params(a.params)
+    t = model.Tuning()
+    runner = measure.Runner(a.build, timeout=a.timeout)
+    bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
+    rows = []
+    for rate in a.rates:
+        rb = measure.rate_bytes(rate)
+        for nodes in a.nodes:
+            for ranks in a.ranks:
+                for size, seconds in runner.allreduce(nodes, ranks, rate, a.sizes):
+                    pred = model.allreduce_time(p, t, size, nodes, ranks, rb)
+                    rows.append({'what': f'allreduce {size}', 'nodes': nodes, 'ranks': ranks,
+                                 'rate': rate, 'measured_s': seconds, 'predicted_s': pred,
+                                 'error': pred / seconds - 1})
+                    print(f"{rows[-1]['what']:>22} {nodes}x{ranks} {rate:>8}: measured "
+                          f"{seconds * 1e3:9.3f} ms, predicted {pred * 1e3:9.3f} ms, "
+                          f"error {100 * rows[-1]['error']:+6.1f} %", flush=True)
+                for w in a.workloads:
+                    name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
+                    layers = workload.bench_layers(bench, name, float(scale))
+                    meas = runner.workload(nodes, ranks, rate, name, float(scale))
+                    pred = workload.step_times(p, t, layers, nodes, ranks, rb)
+                    rows.append({'what': f'{name} step', 'nodes': nodes, 'ranks': ranks,
+                                 'rate': rate, 'measured_s': meas['t_step'],
+                                 'predicted_s': pred['t_step'],
+                                 'error': pred['t_step'] / meas['t_step'] - 1})
+                    print(f"{rows[-1]['what']:>22} {nodes}x{ranks} {rate:>8}: measured "
+                          f"{meas['t_step'] * 1e3:9.1f} ms, predicted "
+                          f"{pred['t_step'] * 1e3:9.1f} ms, error "
+                          f"{100 * rows[-1]['error']:+6.1f} %", flush=True)
+    median, worst = error_table(rows)
+    ok = median <= 0.10 and worst <= 0.25
+    print(f"# {len(rows)} points: median |error| {100 * median:.1f} % (bound 10 %), largest "
+          f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
+    if a.out:
+        with open(a.out, 'w') as f:
+            json.dump({'params': p.to_json(), 'rows': rows, 'median_error': median,
+                       'max_error': worst, 'accepted': ok}, f, indent=1)
+    return 0 if ok else 1
+
+
+def fabric_params(base: model.Params, name):
+    rate, latency, eta, _ = fabrics.FABRICS[name]
+    d = base.to_json()
+    # The daemon on dedicated cores: no oversubscription; message steps cost the fabric's
+    # latency plus what the daemon adds on this machine beyond the simulated link's.
+    d.update(alpha_m=latency + base.o1 / 2, alpha_r=latency + base.o1 / 2,
+             alpha_p=latency / 4, eta=eta, contention=0.0, cores=1 << 20)
+    return model.Params.from_json(d), rate
+
+
+def cmd_project(a):
+    base = load_params(a.params)
+    t = model.Tuning()
+    bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
+    nodes_list = [1 << i for i in range(int(math.log2(a.max_nodes)) + 1)]
+    out = {'fabrics': {}, 'workloads': {}}
+    for wname, compute_ms in a.workloads:
+        layers = workload.bench_layers(bench, wname, 1.0, compute_ms)
+        grad = sum(e for _, e, _ in layers) * 4
+        out['workloads'][wname] = {'compute_ms': compute_ms, 'gradient_bytes': grad}
+        for fname in a.fabrics:
+            p, rate = fabric_params(base, fname)
+            alpha = fabrics.FABRICS[fname][1]
+            one = workload.step_times(p, t, layers, 1, a.ranks, rate)['t_step']
+            series = []
+            for n in nodes_list:
+                step = workload.step_times(p, t, layers, n, a.ranks, rate)['t_step']
+                flat = compute_ms / 1e3 + model.ring_flat_time(
+                    alpha, 1 / (fabrics.FABRICS[fname][2] * rate), grad, n * a.ranks)
+                parts = model.allreduce_parts(p, t, grad, n, a.ranks, rate)
+                series.append({'nodes': n, 't_step': step, 'efficiency': one / step,
+                               'flat_ring_step': flat, 'flat_ring_efficiency':
+                               (compute_ms / 1e3) / flat if flat else 1.0,
+                               'limit': max(('latency', 'wire', 'round', 'local'),
+                                            key=lambda k: parts[k])})
+            out['fabrics'].setdefault(fname, {})[wname] = series
+    with open(os.path.join(a.out_dir, 'projection.json'), 'w') as f:
+        json.dump(out, f, indent=1)
+    plots.projection(out, a.out_dir)
+    for fname, per in out['fabrics'].items():
+        for wname, series in per.items():
+            below = next((s['nodes'] for s in series if s['efficiency'] < 0.9), None)
+            print(f"{fname:>7} {wname:>10}: efficiency at 4096 nodes "
+                  f"{series[-1]['efficiency']:.2f} (flat ring "
+                  f"{series[-1]['flat_ring_efficiency']:.2f}); below 0.9 from "
+                  f"{below or '-'} nodes, limited by {series[-1]['limit']}")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog='scale-model', description=__doc__)
+    ap.add_argument('--build', default='build', help='build tree (its bin/ programs)')
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    c = sub.add_parser('calibrate', help='measure on this machine and fit the parameters')
+    c.add_argument('--rate', default='1gbit')
+    c.add_argument('--out', default='', help='write params and points as JSON here')
+    c.add_argument('--points', default='', help='fit these recorded points instead of measuring')
+    c.add_argument('--timeout', type=int, default=600)
+    c.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser('predict', help='predicted times, JSON')
+    p.add_argument('--params', required=True)
+    p.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')], default=[2])
+    p.add_argument('--ranks', type=lambda s: [int(x) for x in s.split(',')], default=[1])
+    p.add_argument('--rate', default='1gbit')
+    p.add_argument('--sizes', type=parse_sizes, default=CHECK_SIZES)
+    p.add_argument('--workload', action='append', help='NAME[:SCALE]')
+    p.set_defaults(func=cmd_predict)
+    k = sub.add_parser('check', help='predict, measure, and print the error table')
+    k.add_argument('--params', required=True)
+    k.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')],
+                   default=[2, 3, 4, 6, 8])
+    k.add_argument('--ranks', type=lambda s: [int(x) for x in s.split(',')], default=[1, 2])
+    k.add_argument('--rates', type=lambda s: s.split(','), default=['1gbit', '500mbit'])
+    k.add_argument('--sizes', type=parse_sizes, default=CHECK_SIZES)
+    k.add_argument('--workloads', type=lambda s: [w for w in s.split(',') if w],
+                   default=list(WORKLOADS))
+    k.add_argument('--out', default='')
+    k.add_argument('--timeout', type=int, default=900)
+    k.set_defaults(func=cmd_check)
+    j = sub.add_parser('project', help='step time and scaling efficiency to many nodes')
+    j.add_argument('--params', required=True)
+    j.add_argument('--fabrics', type=lambda s: s.split(','), default=list(fabrics.FABRICS))
+    j.add_argument('--workloads', type=lambda s: [(w.split(':')[0], float(w.split(':')[1]))
+                                                  for w in s.split(',')],
+                   default=[('resnet50', 200.0), ('bert-large', 800.0)],
+                   help='NAME:COMPUTE_MS per step,...')
+    j.add_argument('--ranks', type=int, default=1)
+    j.add_argument('--max-nodes', type=int, default=4096)
+    j.add_argument('--out-dir', default='.')
+    j.set_defaults(func=cmd_project)
+    a = ap.parse_args(argv)
+    return a.func(a)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Calibration: the model's parameters that best explain measured allreduce times, by
+least squares on log(predicted / measured), so that an 8-byte point and a 64 MiB point weigh
+alike. Plain Nelder-Mead over the logarithms of the parameters (they are all positive), no
+third-party packages."""
+import math
+
+from .model import Params, Tuning, allreduce_time
+
+# What calibration fits; the rest keep their values (cores, the tuning's switch points).
+FITTED = ('o1', 'o2', 'l1', 'l2', 'alpha_r', 'alpha_p', 'alpha_m', 'eta', 'overlap_rest',
+          'contention')
+# Kept inside these bounds: eta and overlap_rest are fractions, contention an exponent.
+BOUNDS = {'eta': (0.3, 1.0), 'overlap_rest': (1e-4, 1.0), 'contention': (1e-4, 2.0)}
+
+
+def nelder_mead(f, x0, step=0.5, iters=4000, tol=1e-10):
+    n = len(x0)
+    pts = [list(x0)]
+    for i in range(n):
+        x = list(x0)
+        x[i] += step
+        pts.append(x)
+    vals = [f(x) for x in pts]
+    for _ in range(iters):
+        order = sorted(range(n + 1), key=lambda i: vals[i])
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        centroid = [sum(p[i] for p in pts[:-1]) / n for i in range(n)]
+        worst = pts[-1]
+        refl = [c + (c - w) for c, w in zip(centroid, worst)]
+        fr = f(refl)
+        if fr < vals[0]:
+            exp = [c + 2 * (c - w) for c, w in zip(centroid, worst)]
+            fe = f(exp)
+            pts[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = refl, fr
+        else:
+            con = [c + 0.5 * (w - c) for c, w in zip(centroid, worst)]
+            fc = f(con)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = con, fc
+            else:
+                best = pts[0]
+                pts = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, p)] for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    i = min(range(n + 1), key=lambda i: vals[i])
+    return pts[i], vals[i]
+
+
+def _params(base: Params, names, logs):
+    d = base.to_json()
+    for name, v in zip(names, logs):
+        lo, hi = BOUNDS.get(name, (1e-15, 1e3))
+        d[name] = min(hi, max(lo, math.exp(v)))
+    return Params.from_json(d)
+
+
+def calibrate(points, base=None, tuning=None, names=FITTED, restarts=3):
+    """points: [(size, nodes, ranks, rate_bytes_per_s or None, seconds)]. Returns
+    (Params, rms of log errors)."""
+    base = base or Params()
+    tuning = tuning or Tuning()
+    names = [n for n in names]
+
+    def cost(logs):
+        p = _params(base, names, logs)
+        total = 0.0
+        for size, nodes, ranks, rate, seconds in points:
+            pred = allreduce_time(p, tuning, size, nodes, ranks, rate)
+            total += math.log(max(pred, 1e-12) / seconds) ** 2
+        return total / len(points)
+
+    # Start every parameter inside its bounds (contention's default, 0, is not).
+    x = [math.log(max(getattr(base, n), BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
+    best = None
+    for _ in range(restarts):
+        x, v = nelder_mead(cost, x)
+        if best is not None and abs(best - v) < 1e-12:
+            break
+        best = v
+    p = _params(base, names, x)
+    p.source = dict(base.source)
+    p.source['fit'] = f"least squares on log time over {len(points)} points"
+    return p, math.sqrt(best)

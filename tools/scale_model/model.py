@@ -1,0 +1,137 @@
+"""The cost model of nodecomm's allreduce: alpha-beta terms for each path an operation takes.
+
+An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, docs/SCALING.md):
+
+  T = o(R) + [N > 1] * (round(N) + network(S, N)) overlapped with local(S, R)
+
+  o(R)          the hand-offs client -> daemon -> client: o1 + o2 * (R - 1)
+  local(S, R)   the daemon's reduction of its R ranks' buffers and the delivery of the
+                result: S * (l1 + l2 * R) seconds
+  round(N)      the negotiated scheduler's agreement: one all-to-all exchange of small
+                records up to gather_nodes nodes (N - 1 messages, alpha_r each, overlapped:
+                alpha_r + (N - 2) * alpha_p), a recursive-doubling combine beyond
+                (ceil(log2 N) steps of alpha_r)
+  network(S, N) S <= eager (1 KiB): 0, the data rides in the round
+                N > 2 and S <= small_bytes (64 KiB): recursive doubling, steps(N) *
+                (alpha_m + S * beta), steps = log2 p + 2 [N != p], p the largest power of 2
+                <= N
+                else the ring: 2 (N - 1) alpha_m + 2 (N - 1) / N * S * beta + its fill,
+                2 (N - 1) * (min(S, slice) / N) * beta, the first slice's way around
+
+  beta = 1 / (eta * rate): the link's rate in bytes per second times what of it TCP and the
+  shaping leave (eta); the local part overlaps the wire part range by range, so the larger of
+  the two counts in full and the smaller by `overlap_rest` (0: fully hidden, 1: not at all).
+
+On the development machine every simulated node's processes share 2 cores; `contention`
+scales the latency terms (o, alpha_*) by (processes / cores) ** contention where more
+processes than cores run (1 daemon + R ranks per node). On a real node, with the daemon on
+dedicated cores, processes <= cores and the factor is 1.
+"""
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+@dataclass
+class Tuning:
+    """The daemon's defaults (daemon/config/tuning.hpp) that shape the paths."""
+    eager_bytes: int = 1024          # kMaxEagerBytes: allreduces carried in the round
+    small_bytes: int = 64 * KIB      # AlgorithmTuning::small_bytes: recursive doubling below
+    slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
+    gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
+
+
+@dataclass
+class Params:
+    """Calibrated on this machine by `tools/scale-model calibrate`, or a fabric's (fabrics.py)."""
+    o1: float = 20e-6          # s: one 8-byte allreduce on 1 node x 1 rank
+    o2: float = 10e-6          # s per extra local rank
+    l1: float = 0.2e-9         # s per byte: delivery, whatever the rank count
+    l2: float = 0.2e-9         # s per byte per local rank: reading and reducing its buffer
+    alpha_r: float = 100e-6    # s: a scheduling round's first record exchange
+    alpha_p: float = 10e-6     # s: each further peer in an all-to-all round
+    alpha_m: float = 50e-6     # s: one message step of an algorithm between daemons
+    eta: float = 0.95          # of the link rate, what the daemons' transfers reach
+    overlap_rest: float = 0.1  # share of the smaller of local / wire that is not hidden
+    contention: float = 0.0    # exponent of the oversubscription factor on latencies
+    cores: int = 2             # the machine's cores (for the oversubscription factor)
+    source: dict = field(default_factory=dict)  # how each was obtained
+
+    def to_json(self):
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d):
+        known = {f.name for f in fields(Params)}
+        return Params(**{k: v for k, v in d.items() if k in known})
+
+
+def rd_steps(nodes):
+    p = 1 << (nodes.bit_length() - 1)
+    return int(math.log2(p)) + (2 if nodes != p else 0)
+
+
+def oversubscription(p: Params, nodes, ranks):
+    procs = nodes * (ranks + 1)
+    if p.contention == 0 or procs <= p.cores:
+        return 1.0
+    return (procs / p.cores) ** p.contention
+
+
+def round_time(p: Params, t: Tuning, nodes):
+    if nodes <= 1:
+        return 0.0
+    if nodes <= t.gather_nodes:
+        return p.alpha_r + (nodes - 2) * p.alpha_p
+    return math.ceil(math.log2(nodes)) * p.alpha_r
+
+
+def algorithm(t: Tuning, size, nodes):
+    """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp)."""
+    if nodes <= 1:
+        return 'local'
+    if size <= t.eager_bytes:
+        return 'eager'
+    if nodes > 2 and size <= t.small_bytes:
+        return 'recursive_doubling'
+    return 'ring'
+
+
+def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
+    """The terms of one allreduce, seconds each: a dict with 'total'."""
+    k = oversubscription(p, nodes, ranks)
+    beta = 1.0 / (p.eta * rate) if rate else 0.0
+    parts = {
+        'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
+        'local': size * (p.l1 + p.l2 * ranks),
+        'round': k * round_time(p, t, nodes),
+        'latency': 0.0,
+        'wire': 0.0,
+        'algorithm': algorithm(t, size, nodes),
+    }
+    alg = parts['algorithm']
+    if alg == 'recursive_doubling':
+        steps = rd_steps(nodes)
+        parts['latency'] = k * steps * p.alpha_m
+        parts['wire'] = steps * size * beta
+    elif alg == 'ring':
+        parts['latency'] = k * 2 * (nodes - 1) * p.alpha_m
+        fill = 2 * (nodes - 1) * (min(size, t.slice_bytes) / nodes) * beta
+        parts['wire'] = 2 * (nodes - 1) / nodes * size * beta + fill
+    big, small = max(parts['local'], parts['wire']), min(parts['local'], parts['wire'])
+    parts['total'] = (parts['overhead'] + parts['round'] + parts['latency'] + big +
+                      p.overlap_rest * small)
+    return parts
+
+
+def allreduce_time(p: Params, t: Tuning, size, nodes, ranks, rate):
+    return allreduce_parts(p, t, size, nodes, ranks, rate)['total']
+
+
+def ring_flat_time(alpha, beta, size, procs):
+    """A flat ring over every process (Open MPI's ring allreduce): 2 (P - 1) steps."""
+    if procs <= 1:
+        return 0.0
+    return 2 * (procs - 1) * alpha + 2 * (procs - 1) / procs * size * beta

@@ -1,0 +1,45 @@
+"""Plots with gnuplot (SVG), from the projection's JSON."""
+import os
+import shutil
+import subprocess
+
+
+def projection(out, out_dir):
+    """One plot per workload: scaling efficiency against nodes, every fabric, nodecomm and a
+    flat ring over every process. Skipped (with a note) without gnuplot."""
+    gnuplot = shutil.which('gnuplot')
+    if gnuplot is None:
+        print('# gnuplot is missing (apt-get install gnuplot-nox): no plots')
+        return []
+    made = []
+    for wname in out['workloads']:
+        data = os.path.join(out_dir, f'scaling-{wname}.dat')
+        fabrics = list(out['fabrics'])
+        with open(data, 'w') as f:
+            for fname in fabrics:
+                f.write(f'# {fname}: nodes efficiency flat_ring_efficiency\n')
+                for s in out['fabrics'][fname][wname]:
+                    f.write(f"{s['nodes']} {s['efficiency']:.5f} {s['flat_ring_efficiency']:.5f}\n")
+                f.write('\n\n')
+        svg = os.path.join(out_dir, f'scaling-{wname}.svg')
+        plot = []
+        for i, fname in enumerate(fabrics):
+            plot.append(f"'{data}' index {i} using 1:2 with linespoints lw 2 lc {i + 1} "
+                        f"title '{fname} nodecomm'")
+            plot.append(f"'{data}' index {i} using 1:3 with lines dt 2 lc {i + 1} "
+                        f"title '{fname} flat ring'")
+        script = f"""set terminal svg size 800,480 dynamic font 'sans,12'
+set output '{svg}'
+set logscale x 2
+set xlabel 'nodes'
+set ylabel 'scaling efficiency (one node step / step)'
+set yrange [0:1.05]
+set key outside right
+set grid
+set title '{wname}: projected scaling efficiency'
+plot {', '.join(plot)}
+"""
+        subprocess.run([gnuplot], input=script, text=True, check=True, timeout=60)
+        os.remove(data)
+        made.append(svg)
+    return made
