@@ -7,7 +7,7 @@ import math
 from .model import Params, Tuning, allreduce_time
 
 # What calibration fits; the rest keep their values (cores, the tuning's switch points).
-FITTED = ('o1', 'o2', 'l1', 'l2', 'alpha_r', 'alpha_p', 'alpha_m', 'eta', 'overlap_rest',
+FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta', 'overlap_rest',
           'contention')
 # Kept inside these bounds: eta and overlap_rest are fractions, contention an exponent.
 BOUNDS = {'eta': (0.3, 1.0), 'overlap_rest': (1e-4, 1.0), 'contention': (1e-4, 2.0)}
@@ -58,7 +58,7 @@ def _params(base: Params, names, logs):
     return Params.from_json(d)
 
 
-def calibrate(points, base=None, tuning=None, names=FITTED, restarts=3):
+def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
     """points: [(size, nodes, ranks, rate_bytes_per_s or None, seconds)]. Returns
     (Params, rms of log errors)."""
     base = base or Params()
@@ -75,12 +75,15 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=3):
 
     # Start every parameter inside its bounds (contention's default, 0, is not).
     x = [math.log(max(getattr(base, n), BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
+    # Restarts from the best point with a fresh simplex of varying size: Nelder-Mead stalls in
+    # narrow valleys, and the local and network terms make some.
     best = None
-    for _ in range(restarts):
-        x, v = nelder_mead(cost, x)
-        if best is not None and abs(best - v) < 1e-12:
+    for i in range(restarts):
+        x, v = nelder_mead(cost, x, step=(1.0, 0.3, 2.0)[i % 3])
+        if best is not None and i >= 3 and best - v < 1e-9:
+            best = min(best, v)
             break
-        best = v
+        best = v if best is None else min(best, v)
     p = _params(base, names, x)
     p.source = dict(base.source)
     p.source['fit'] = f"least squares on log time over {len(points)} points"

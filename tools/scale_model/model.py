@@ -5,22 +5,30 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
   T = o(R) + [N > 1] * (round(N) + network(S, N)) overlapped with local(S, R)
 
   o(R)          the hand-offs client -> daemon -> client: o1 + o2 * (R - 1)
-  local(S, R)   the daemon's reduction of its R ranks' buffers and the delivery of the
-                result: S * (l1 + l2 * R) seconds
+  local(S, R)   the daemon's delivery of the result to its R ranks and its reduction of
+                the R - 1 buffers beyond the first: S * (l1 * R + l2 * (R - 1)) seconds,
+                plus (S - cache) * (l3 * R + l4 * (R - 1)) for what does not fit the cache
+                (cache_bytes)
   round(N)      the negotiated scheduler's agreement: one all-to-all exchange of small
                 records up to gather_nodes nodes (N - 1 messages, alpha_r each, overlapped:
                 alpha_r + (N - 2) * alpha_p), a recursive-doubling combine beyond
                 (ceil(log2 N) steps of alpha_r)
   network(S, N) S <= eager (1 KiB): 0, the data rides in the round
                 N > 2 and S <= small_bytes (64 KiB): recursive doubling, steps(N) *
-                (alpha_m + S * beta), steps = log2 p + 2 [N != p], p the largest power of 2
-                <= N
-                else the ring: 2 (N - 1) alpha_m + 2 (N - 1) / N * S * beta + its fill,
-                2 (N - 1) * (min(S, slice) / N) * beta, the first slice's way around
+                alpha_m + (log2 p + [N != p]) * S * beta (the busiest node's link: its log2 p
+                exchanges and, beyond a power of two p, the result it sends back), steps =
+                log2 p + 2 [N != p]
+                else the ring: 2 (N - 1) alpha_m + 2 (N - 1) / N * S * beta (its slices
+                pipeline, so the first slice's way around is hidden)
 
   beta = 1 / (eta * rate): the link's rate in bytes per second times what of it TCP and the
   shaping leave (eta); the local part overlaps the wire part range by range, so the larger of
   the two counts in full and the smaller by `overlap_rest` (0: fully hidden, 1: not at all).
+
+  A simulated link (tc's token bucket, nodecomm-launch --netsim) refills its bucket while an
+  operation's fixed costs keep it idle, up to burst_bytes, and then sends that much at once:
+  the wire part is shortened by min(burst_bytes * beta, the fixed costs). Real fabrics have no
+  such bucket (burst_bytes 0).
 
 On the development machine every simulated node's processes share 2 cores; `contention`
 scales the latency terms (o, alpha_*) by (processes / cores) ** contention where more
@@ -48,8 +56,12 @@ class Params:
     """Calibrated on this machine by `tools/scale-model calibrate`, or a fabric's (fabrics.py)."""
     o1: float = 20e-6          # s: one 8-byte allreduce on 1 node x 1 rank
     o2: float = 10e-6          # s per extra local rank
-    l1: float = 0.2e-9         # s per byte: delivery, whatever the rank count
-    l2: float = 0.2e-9         # s per byte per local rank: reading and reducing its buffer
+    l1: float = 0.2e-9         # s per byte per local rank: delivering the result to it
+    l2: float = 0.2e-9         # s per byte per local rank beyond the first: reducing its buffer
+    l3: float = 0.1e-9         # as l1, for the bytes beyond the cache
+    l4: float = 0.1e-9         # as l2, for the bytes beyond the cache
+    cache_bytes: int = 8 * MIB  # fixed, not fitted: about the machine's last-level cache
+    burst_bytes: int = 256 * KIB  # fixed: --netsim's tbf burst (0 on a real fabric)
     alpha_r: float = 100e-6    # s: a scheduling round's first record exchange
     alpha_p: float = 10e-6     # s: each further peer in an all-to-all round
     alpha_m: float = 50e-6     # s: one message step of an algorithm between daemons
@@ -105,7 +117,8 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
     beta = 1.0 / (p.eta * rate) if rate else 0.0
     parts = {
         'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
-        'local': size * (p.l1 + p.l2 * ranks),
+        'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) +
+                 max(0, size - p.cache_bytes) * (p.l3 * ranks + p.l4 * (ranks - 1)),
         'round': k * round_time(p, t, nodes),
         'latency': 0.0,
         'wire': 0.0,
@@ -115,14 +128,16 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
     if alg == 'recursive_doubling':
         steps = rd_steps(nodes)
         parts['latency'] = k * steps * p.alpha_m
-        parts['wire'] = steps * size * beta
+        parts['wire'] = (steps - 1 if nodes != (1 << (nodes.bit_length() - 1)) else steps) * \
+            size * beta
     elif alg == 'ring':
         parts['latency'] = k * 2 * (nodes - 1) * p.alpha_m
-        fill = 2 * (nodes - 1) * (min(size, t.slice_bytes) / nodes) * beta
-        parts['wire'] = 2 * (nodes - 1) / nodes * size * beta + fill
-    big, small = max(parts['local'], parts['wire']), min(parts['local'], parts['wire'])
-    parts['total'] = (parts['overhead'] + parts['round'] + parts['latency'] + big +
-                      p.overlap_rest * small)
+        parts['wire'] = 2 * (nodes - 1) / nodes * size * beta
+    fixed = parts['overhead'] + parts['round'] + parts['latency']
+    parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
+    wire = parts['wire'] - parts['credit']
+    big, small = max(parts['local'], wire), min(parts['local'], wire)
+    parts['total'] = fixed + big + p.overlap_rest * small
     return parts
 
 

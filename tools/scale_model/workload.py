@@ -42,8 +42,9 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
         if compute:
             now += compute_us / 1e6
         parts = allreduce_parts(p, t, elements * 4, nodes, ranks, rate)
-        big = max(parts['local'], parts['wire'])
-        small = min(parts['local'], parts['wire'])
+        wire = parts['wire'] - parts['credit']
+        big = max(parts['local'], wire)
+        small = min(parts['local'], wire)
         head = parts['overhead'] + parts['round']
         ops.append({'ready': now + head, 'work': big + p.overlap_rest * small,
                     'tail': parts['latency'], 'bytes': elements * 4, 'prio': i})
