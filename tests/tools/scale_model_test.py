@@ -25,7 +25,7 @@ class Model(unittest.TestCase):
         self.assertEqual(model.rd_steps(6), 4)  # 2 + the two extra steps
 
     def test_large_ring_approaches_the_link(self):
-        p = model.Params(eta=1.0, l1=0, l2=0)
+        p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0)
         t = model.Tuning()
         for nodes in (2, 4, 8):
             size = 1 << 30

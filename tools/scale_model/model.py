@@ -31,9 +31,13 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
   such bucket (burst_bytes 0).
 
 On the development machine every simulated node's processes share 2 cores; `contention`
-scales the latency terms (o, alpha_*) by (processes / cores) ** contention where more
-processes than cores run (1 daemon + R ranks per node). On a real node, with the daemon on
-dedicated cores, processes <= cores and the factor is 1.
+scales the latency terms (o, alpha_*) by 1 + contention * (processes - cores) / cores where
+more processes than cores run (1 daemon + R ranks per node): each hand-off may wait for a
+time slice. On a real node, with the daemon on dedicated cores, the factor is 1.
+
+The share of the link large transfers reach falls with the node count (more daemons' TCP
+streams through the simulated switch, more ring steps to keep in step): eta(N) = eta -
+eta_slope * (N - 2).
 """
 import math
 from dataclasses import asdict, dataclass, field, fields
@@ -65,7 +69,8 @@ class Params:
     alpha_r: float = 100e-6    # s: a scheduling round's first record exchange
     alpha_p: float = 10e-6     # s: each further peer in an all-to-all round
     alpha_m: float = 50e-6     # s: one message step of an algorithm between daemons
-    eta: float = 0.95          # of the link rate, what the daemons' transfers reach
+    eta: float = 0.95          # of the link rate, what the daemons' transfers reach (2 nodes)
+    eta_slope: float = 0.005   # what eta loses per node beyond 2
     overlap_rest: float = 0.1  # share of the smaller of local / wire that is not hidden
     contention: float = 0.0    # exponent of the oversubscription factor on latencies
     cores: int = 2             # the machine's cores (for the oversubscription factor)
@@ -89,7 +94,7 @@ def oversubscription(p: Params, nodes, ranks):
     procs = nodes * (ranks + 1)
     if p.contention == 0 or procs <= p.cores:
         return 1.0
-    return (procs / p.cores) ** p.contention
+    return 1.0 + p.contention * (procs - p.cores) / p.cores
 
 
 def round_time(p: Params, t: Tuning, nodes):
@@ -114,7 +119,8 @@ def algorithm(t: Tuning, size, nodes):
 def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
     """The terms of one allreduce, seconds each: a dict with 'total'."""
     k = oversubscription(p, nodes, ranks)
-    beta = 1.0 / (p.eta * rate) if rate else 0.0
+    eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
+    beta = 1.0 / (eta * rate) if rate else 0.0
     parts = {
         'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
         'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) +

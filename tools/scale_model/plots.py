@@ -17,9 +17,10 @@ def projection(out, out_dir):
         fabrics = list(out['fabrics'])
         with open(data, 'w') as f:
             for fname in fabrics:
-                f.write(f'# {fname}: nodes efficiency flat_ring_efficiency\n')
+                f.write(f'# {fname}: nodes compute_efficiency flat_ring_efficiency\n')
                 for s in out['fabrics'][fname][wname]:
-                    f.write(f"{s['nodes']} {s['efficiency']:.5f} {s['flat_ring_efficiency']:.5f}\n")
+                    f.write(f"{s['nodes']} {s['compute_efficiency']:.5f} "
+                            f"{s['flat_ring_efficiency']:.5f}\n")
                 f.write('\n\n')
         svg = os.path.join(out_dir, f'scaling-{wname}.svg')
         plot = []
@@ -32,11 +33,11 @@ def projection(out, out_dir):
 set output '{svg}'
 set logscale x 2
 set xlabel 'nodes'
-set ylabel 'scaling efficiency (one node step / step)'
+set ylabel 'compute / step time'
 set yrange [0:1.05]
 set key outside right
 set grid
-set title '{wname}: projected scaling efficiency'
+set title '{wname}: projected compute / step (8 ranks per node)'
 plot {', '.join(plot)}
 """
         subprocess.run([gnuplot], input=script, text=True, check=True, timeout=60)

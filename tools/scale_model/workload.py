@@ -1,9 +1,10 @@
 """A training step of `nodecomm-bench --workload` under the model: each layer computes, then
 posts its gradient's allreduce with its backprop position as priority; the daemons move the
 ready operations' bytes highest priority first, a slice at a time (the scheduler's units), so
-a later layer's allreduce overtakes an earlier one's remaining bytes. An operation's fixed
-costs (hand-offs, the round, its algorithm's message latency) delay when its bytes may start
-and when it completes, but do not occupy the link: other operations' bytes flow meanwhile.
+a later layer's allreduce overtakes an earlier one's remaining bytes. Rounds admit
+operations one round at a time (fused: one algorithm latency per round's group); an
+operation's fixed costs delay when its bytes may start and when it completes, but do not
+occupy the link: other operations' bytes flow meanwhile.
 """
 import subprocess
 
@@ -35,36 +36,57 @@ def bench_layers(bench, workload, scale=1.0, compute_ms=None):
 
 def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
     """(finish time of the last allreduce, end of compute), seconds, for one step. Layers are
-    in backprop order, each (name, f32 elements, compute_us)."""
+    in backprop order, each (name, f32 elements, compute_us).
+
+    The scheduler admits operations in rounds, one round at a time per communicator: a round
+    starts once an operation is ready and the previous round has ended, takes round(N), and
+    admits every operation ready at its start (fused: they share one algorithm latency). The
+    link then moves the admitted operations' bytes highest priority first, a unit at a time."""
     now = 0.0
-    ops = []  # [ready_at, bytes_left_as_wire_seconds, fixed_tail, priority, index]
+    ops = []
+    round_s = 0.0
     for i, (_, elements, compute_us) in enumerate(layers):
         if compute:
             now += compute_us / 1e6
         parts = allreduce_parts(p, t, elements * 4, nodes, ranks, rate)
+        round_s = parts['round']
         wire = parts['wire'] - parts['credit']
         big = max(parts['local'], wire)
         small = min(parts['local'], wire)
-        head = parts['overhead'] + parts['round']
-        ops.append({'ready': now + head, 'work': big + p.overlap_rest * small,
+        ops.append({'ready': now + parts['overhead'], 'work': big + p.overlap_rest * small,
                     'tail': parts['latency'], 'bytes': elements * 4, 'prio': i})
     compute_end = now
+    # Rounds: when each operation becomes movable.
+    order = sorted(ops, key=lambda o: o['ready'])
+    round_end = 0.0
+    j = 0
+    while j < len(order):
+        start = max(round_end, order[j]['ready'])
+        round_end = start + round_s
+        group = []
+        while j < len(order) and order[j]['ready'] <= start:
+            group.append(order[j])
+            j += 1
+        tail = max(o['tail'] for o in group)
+        for o in group:
+            o['movable'] = round_end
+            o['tail'] = tail if o is max(group, key=lambda x: x['prio']) else 0.0
     clock = 0.0
     last = 0.0
-    pending = sorted(ops, key=lambda o: o['ready'])
+    pending = sorted(ops, key=lambda o: o['movable'])
     ready = []
     while pending or ready:
-        while pending and pending[0]['ready'] <= clock:
+        while pending and pending[0]['movable'] <= clock:
             ready.append(pending.pop(0))
         if not ready:
-            clock = pending[0]['ready']
+            clock = pending[0]['movable']
             continue
         op = max(ready, key=lambda o: o['prio'])
-        # One unit of its work, or until a higher-priority operation becomes ready.
+        # One unit of its work, or until a higher-priority operation becomes movable.
         share = op['work'] * min(1.0, UNIT / op['bytes']) if op['bytes'] else op['work']
         step = min(op['work'], share)
         if pending and pending[0]['prio'] > op['prio']:
-            step = min(step, max(pending[0]['ready'] - clock, 1e-9))
+            step = min(step, max(pending[0]['movable'] - clock, 1e-9))
         clock += step
         op['work'] -= step
         if op['work'] <= 1e-12:
