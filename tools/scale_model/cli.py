@@ -219,7 +219,8 @@ def cmd_project(a):
             print(f"{fname:>7} {wname:>10}: compute / step at 1, 256, 4096 nodes "
                   f"{series[0]['compute_efficiency']:.2f} {series[8]['compute_efficiency']:.2f} "
                   f"{series[-1]['compute_efficiency']:.2f} (flat ring "
-                  f"{series[0]['flat_ring_efficiency']:.2f} {series[8]['flat_ring_efficiency']:.2f} "
+                  f"{series[0]['flat_ring_efficiency']:.2f} "
+                  f"{series[8]['flat_ring_efficiency']:.2f} "
                   f"{series[-1]['flat_ring_efficiency']:.2f}); against its own one node "
                   f"{series[-1]['efficiency']:.2f} at 4096, below 0.9 from {below or '-'} nodes; "
                   f"largest term at 4096: {series[-1]['limit']}")

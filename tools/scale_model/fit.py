@@ -7,9 +7,9 @@ import math
 from .model import Params, Tuning, allreduce_time
 
 # What calibration fits; the rest keep their values (cores, the tuning's switch points).
-FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta', 'eta_slope', 'overlap_rest',
-          'contention')
-# Kept inside these bounds: eta and overlap_rest are fractions, contention an exponent.
+FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta',
+          'eta_slope', 'overlap_rest', 'contention')
+# Kept inside these bounds: eta and overlap_rest are fractions, the slopes small.
 BOUNDS = {'eta': (0.3, 1.0), 'eta_slope': (1e-5, 0.1), 'overlap_rest': (1e-4, 1.0),
           'contention': (1e-4, 4.0)}
 
