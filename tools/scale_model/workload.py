@@ -50,7 +50,9 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
             now += compute_us / 1e6
         parts = allreduce_parts(p, t, elements * 4, nodes, ranks, rate)
         round_s = parts['round']
-        wire = parts['wire'] - parts['credit']
+        # No token-bucket credit: in a step the link is kept busy by the other operations, so
+        # the bucket does not refill during one operation's fixed costs.
+        wire = parts['wire']
         big = max(parts['local'], wire)
         small = min(parts['local'], wire)
         ops.append({'ready': now + parts['overhead'], 'work': big + p.overlap_rest * small,
