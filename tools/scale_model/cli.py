@@ -32,14 +32,16 @@ def load_params(path):
     return model.Params.from_json(d['params'] if 'params' in d else d)
 
 
-def calibration_points(runner, rate):
+def calibration_points(runner, rate, reps=1):
     """The measurements calibration fits: 1 node x 1 and 2 ranks, 2 nodes x 1 and 2 ranks,
-    3 nodes x 1 rank (the round's cost per further peer), each over CAL_SIZES."""
+    3 nodes x 1 rank (the round's cost per further peer), each over CAL_SIZES, the median of
+    `reps` runs per point."""
     rb = measure.rate_bytes(rate)
     points = []
     for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1)):
-        for size, seconds in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
-            points.append((size, nodes, ranks, rb, seconds))
+        runs = [runner.allreduce(nodes, ranks, rate, CAL_SIZES) for _ in range(reps)]
+        for i, size in enumerate(CAL_SIZES):
+            points.append((size, nodes, ranks, rb, statistics.median(r[i][1] for r in runs)))
     return points
 
 
@@ -49,7 +51,7 @@ def cmd_calibrate(a):
             points = [tuple(p) for p in json.load(f)['points']]
     else:
         runner = measure.Runner(a.build, timeout=a.timeout)
-        points = calibration_points(runner, a.rate)
+        points = calibration_points(runner, a.rate, a.reps)
     params, rms = fit.calibrate(points)
     params.source['calibrated_on'] = f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}"
     out = {'params': params.to_json(), 'rate': a.rate, 'points': points}
@@ -235,6 +237,7 @@ def main(argv=None):
     c.add_argument('--rate', default='1gbit')
     c.add_argument('--out', default='', help='write params and points as JSON here')
     c.add_argument('--points', default='', help='fit these recorded points instead of measuring')
+    c.add_argument('--reps', type=int, default=3, help='runs per layout; their median counts')
     c.add_argument('--timeout', type=int, default=600)
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser('predict', help='predicted times, JSON')
