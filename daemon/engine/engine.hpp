@@ -52,7 +52,6 @@ class Engine {
     size_t chunk = 0;
   };
   void set_link_share(LinkShare share) { link_share_ = share; }
-  const LinkShare& link_share() const { return link_share_; }
   // This daemon's inter-node algorithm settings. Node 0's are sent with every scheduling
   // round and every daemon applies them to its transport before starting the round's units,
   // so a runtime change (nodecommctl set chunk-size) reaches all nodes at the same point. A
