@@ -24,7 +24,9 @@ AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t by
                                         uint32_t nodes) {
   if (tuning.allreduce != AllreduceAlgorithmKind::kAuto) return tuning.allreduce;
   // On two nodes both algorithms make the same single exchange; the ring also pipelines it.
-  if (nodes > 2 && bytes <= tuning.small_bytes) return AllreduceAlgorithmKind::kRecursiveDoubling;
+  if (nodes > 2 && bytes <= allreduce_switch_bytes(tuning, nodes)) {
+    return AllreduceAlgorithmKind::kRecursiveDoubling;
+  }
   return AllreduceAlgorithmKind::kRing;
 }
 

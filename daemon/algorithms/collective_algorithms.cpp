@@ -18,7 +18,7 @@ bool choose_pipelined(const AlgorithmTuning& tuning, size_t bytes, uint32_t node
   // Small buffers on three nodes or more: the native trees take log2(N) latencies where the
   // ring and the chain take N-1, and bandwidth does not matter yet. On two nodes every
   // algorithm is one exchange, and ours pipeline it.
-  return nodes <= 2 || bytes > tuning.small_bytes;
+  return nodes <= 2 || bytes > collective_switch_bytes(tuning);
 }
 
 namespace {

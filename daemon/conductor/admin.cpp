@@ -85,6 +85,7 @@ const std::vector<std::string>& settable_keys() {
                                                 "allreduce-algorithm",
                                                 "collective-algorithm",
                                                 "small-bytes",
+                                                "latency-bytes",
                                                 "chunk-size",
                                                 "pipeline-depth",
                                                 "endpoints",
@@ -189,8 +190,15 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     config_.tuning.collectives = parse_collective_algorithm(value);
     apply_algorithm();
   } else if (key == "small-bytes") {
-    old = ipc::format_byte_size(config_.tuning.small_bytes);
-    config_.tuning.small_bytes = parse_size(key, value, 0, uint64_t{1} << 40);
+    old = config_.tuning.small_bytes == kAutoSmallBytes
+              ? "auto"
+              : ipc::format_byte_size(config_.tuning.small_bytes);
+    config_.tuning.small_bytes =
+        value == "auto" ? kAutoSmallBytes : parse_size(key, value, 0, uint64_t{1} << 40);
+    apply_algorithm();
+  } else if (key == "latency-bytes") {
+    old = ipc::format_byte_size(config_.tuning.latency_bytes);
+    config_.tuning.latency_bytes = parse_size(key, value, 0, (uint64_t{1} << 32) - 1);
     apply_algorithm();
   } else if (key == "chunk-size") {
     old = ipc::format_byte_size(config_.tuning.chunk_bytes);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <bit>
+#include <cmath>
 #include <stdexcept>
 
 namespace nodecomm::daemon {
@@ -49,6 +51,30 @@ CollectiveAlgorithmKind parse_collective_algorithm(const std::string& text) {
   if (text == "mpi") return CollectiveAlgorithmKind::kMpi;
   throw std::invalid_argument(
       fmt::format("unknown collective algorithm '{}' (auto, pipelined or mpi)", text));
+}
+
+size_t rd_switch_bytes(uint32_t nodes, size_t latency_bytes) {
+  if (nodes <= 2) return 0;
+  const uint32_t p = std::bit_floor(nodes);
+  const uint32_t log_p = std::bit_width(p) - 1;
+  const bool extra = nodes != p;
+  // Recursive doubling beyond a power of two p folds the extra nodes in and the result back
+  // out (two more steps, one more full-size message on the busiest link: recursive_doubling.cpp).
+  const double rd_steps = log_p + (extra ? 2.0 : 0.0);
+  const double rd_bytes = log_p + (extra ? 1.0 : 0.0);
+  const double ring_steps = 2.0 * (nodes - 1);
+  const double ring_bytes = 2.0 * (nodes - 1) / nodes;
+  return static_cast<size_t>(std::floor((ring_steps - rd_steps) / (rd_bytes - ring_bytes) *
+                                        static_cast<double>(latency_bytes)));
+}
+
+size_t allreduce_switch_bytes(const AlgorithmTuning& tuning, uint32_t nodes) {
+  if (tuning.small_bytes != kAutoSmallBytes) return tuning.small_bytes;
+  return rd_switch_bytes(nodes, tuning.latency_bytes);
+}
+
+size_t collective_switch_bytes(const AlgorithmTuning& tuning) {
+  return tuning.small_bytes == kAutoSmallBytes ? kAutoCollectiveSmallBytes : tuning.small_bytes;
 }
 
 proto::PriorityPolicy parse_priority_policy(const std::string& text) {

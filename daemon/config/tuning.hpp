@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "nodecomm/proto/control.hpp"
@@ -29,13 +30,23 @@ std::string collective_algorithm_name(CollectiveAlgorithmKind kind);
 // "auto", "pipelined", "mpi"; throws std::invalid_argument.
 CollectiveAlgorithmKind parse_collective_algorithm(const std::string& text);
 
+// --small-bytes auto: the switch comes from the cost model (allreduce_switch_bytes).
+inline constexpr size_t kAutoSmallBytes = std::numeric_limits<size_t>::max();
+// Under --small-bytes auto, the other collectives' switch to the native ones (as before the
+// model drove allreduce's).
+inline constexpr size_t kAutoCollectiveSmallBytes = size_t{64} * 1024;
+
 // Runtime parameters of the inter-node algorithms (MLSL's epNum is `endpoints`).
 struct AlgorithmTuning {
   AllreduceAlgorithmKind allreduce = AllreduceAlgorithmKind::kAuto;
   CollectiveAlgorithmKind collectives = CollectiveAlgorithmKind::kAuto;
-  // auto: messages of at most this many bytes use recursive doubling, larger ones the ring;
+  // auto: allreduces of at most this many bytes use recursive doubling, larger ones the ring;
   // the other collectives' buffers of at most this many bytes the native collectives.
-  size_t small_bytes = size_t{64} * 1024;
+  // kAutoSmallBytes: the model's switch for the node count and latency_bytes.
+  size_t small_bytes = kAutoSmallBytes;
+  // The link's latency times its rate, in bytes: what one message step costs in bytes of
+  // transfer. The model's recursive-doubling/ring switch scales with it (docs/SCALING.md).
+  size_t latency_bytes = size_t{16} * 1024;
   // The ring moves each block in slices of about this many bytes.
   size_t chunk_bytes = size_t{512} * 1024;
   // Ring slices in flight at once on each node.
@@ -43,6 +54,18 @@ struct AlgorithmTuning {
   // Lanes (endpoints) the slices are spread over, at most the transport's lanes().
   uint32_t endpoints = 2;
 };
+
+// The largest allreduce (bytes) that recursive doubling moves faster than the ring on `nodes`
+// nodes, by the alpha-beta model of docs/SCALING.md (tools/scale_model/model.py,
+// rd_switch_bytes: both read tests/data/rd_switch_points.json, so they cannot drift apart):
+// where steps(N) alpha + busiest(N) S beta = 2 (N - 1) alpha + 2 (N - 1) / N S beta, with
+// alpha / beta = latency_bytes. 0 on two nodes or fewer (the ring makes the same exchange).
+size_t rd_switch_bytes(uint32_t nodes, size_t latency_bytes);
+
+// The recursive-doubling limit auto uses on `nodes` nodes: --small-bytes, or the model's.
+size_t allreduce_switch_bytes(const AlgorithmTuning& tuning, uint32_t nodes);
+// The other collectives' limit for their native (tree) algorithms under auto.
+size_t collective_switch_bytes(const AlgorithmTuning& tuning);
 
 // The most bytes (in the wire type) of one allreduce carried inside a scheduling round: the
 // data area of a round record (engine/wire_formats.hpp) and the limit of --sched-eager-bytes.

@@ -13,7 +13,7 @@ AgreedAlgorithm agreed_algorithm(const AlgorithmTuning& tuning) {
                          static_cast<uint32_t>(tuning.allreduce),
                          tuning.endpoints,
                          static_cast<uint32_t>(tuning.collectives),
-                         0};
+                         static_cast<uint32_t>(tuning.latency_bytes)};
 }
 
 AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorithm& agreed) {
@@ -27,6 +27,7 @@ AlgorithmTuning with_agreed_algorithm(AlgorithmTuning local, const AgreedAlgorit
   local.allreduce = static_cast<AllreduceAlgorithmKind>(agreed.allreduce);
   local.endpoints = agreed.endpoints;
   local.collectives = static_cast<CollectiveAlgorithmKind>(agreed.collectives);
+  local.latency_bytes = agreed.latency_bytes;
   return local;
 }
 

@@ -36,17 +36,17 @@ static_assert(sizeof(OpSummary) == 48 && std::is_trivially_copyable_v<OpSummary>
 
 // The inter-node algorithm settings that every daemon of a job must share: both ends of a
 // ring step must cut the same slices (chunk-size), pick the same algorithm (small-bytes,
-// allreduce-algorithm, collective-algorithm) and use the same lanes (endpoints). Node 0's are sent
-// in every scheduling round record and applied by every daemon before it starts that round's
-// transfers, so `nodecommctl set chunk-size` on node 0 changes the whole job between two
-// transfers, never in the middle of one. pipeline-depth is local (slices in flight here).
+// latency-bytes, allreduce-algorithm, collective-algorithm) and use the same lanes (endpoints).
+// Node 0's are sent in every scheduling round record and applied by every daemon before it starts
+// that round's transfers, so `nodecommctl set chunk-size` on node 0 changes the whole job between
+// two transfers, never in the middle of one. pipeline-depth is local (slices in flight here).
 struct AgreedAlgorithm {
   uint64_t chunk_bytes;  // 0: none sent (keep the local settings)
   uint64_t small_bytes;
   uint32_t allreduce;  // AllreduceAlgorithmKind
   uint32_t endpoints;
-  uint32_t collectives;  // CollectiveAlgorithmKind
-  uint32_t reserved;
+  uint32_t collectives;    // CollectiveAlgorithmKind
+  uint32_t latency_bytes;  // at most 4 GiB (--latency-bytes' limit)
 };
 static_assert(sizeof(AgreedAlgorithm) == 32);
 

@@ -68,7 +68,8 @@ struct Vars {
   std::string log_level = "info";
   std::string algorithm = "auto";
   std::string collective_algorithm = "auto";
-  std::string small_bytes = std::to_string(c.tuning.small_bytes);
+  std::string small_bytes = "auto";
+  std::string latency_bytes = std::to_string(c.tuning.latency_bytes);
   std::string chunk_bytes = std::to_string(c.tuning.chunk_bytes);
   std::string priority_policy = "direct";
   std::string fusion = "on";
@@ -184,7 +185,13 @@ void define_settings(CLI::App& app, Vars& v) {
       ->check(CLI::IsMember({"auto", "pipelined", "mpi"}))
       ->capture_default_str();
   app.add_option("--small-bytes", v.small_bytes,
-                 "auto: allreduces of at most this many bytes use recursive doubling")
+                 "auto: allreduces of at most this many bytes use recursive doubling (auto: the "
+                 "cost model's switch for the node count and --latency-bytes; the other "
+                 "collectives' native ones up to 64K)")
+      ->capture_default_str();
+  app.add_option("--latency-bytes", v.latency_bytes,
+                 "The link's latency times its rate, in bytes (K, M suffixes): --small-bytes "
+                 "auto's recursive-doubling/ring switch scales with it (docs/SCALING.md)")
       ->capture_default_str();
   app.add_option("--chunk-size", v.chunk_bytes, "Ring slice size in bytes (K, M suffixes)")
       ->capture_default_str();
@@ -617,7 +624,12 @@ DaemonConfig parse_config(int argc, char** argv) {
   c.sched.window_bytes = v.sched_window == "auto" ? 0 : bytes("sched-window", v.sched_window);
   c.tuning.allreduce = parse_algorithm(v.algorithm);
   c.tuning.collectives = parse_collective_algorithm(v.collective_algorithm);
-  c.tuning.small_bytes = bytes("small-bytes", v.small_bytes);
+  c.tuning.small_bytes =
+      v.small_bytes == "auto" ? kAutoSmallBytes : bytes("small-bytes", v.small_bytes);
+  c.tuning.latency_bytes = bytes("latency-bytes", v.latency_bytes);
+  if (c.tuning.latency_bytes > (uint64_t{1} << 32) - 1) {
+    usage_error(label("latency-bytes") + ": at most 4G - 1");
+  }
   c.tuning.chunk_bytes = bytes("chunk-size", v.chunk_bytes);
   if (c.tuning.chunk_bytes == 0) usage_error(label("chunk-size") + ": must be > 0");
   c.lanes = std::max(c.lanes, c.tuning.endpoints);

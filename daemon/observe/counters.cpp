@@ -292,7 +292,15 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   text("log-level", log_level_name(config.log_level));
   text("allreduce-algorithm", algorithm_name(a.allreduce));
   text("collective-algorithm", collective_algorithm_name(a.collectives));
-  bytes("small-bytes", a.small_bytes);
+  const auto small = [&](const char* key, size_t value) {
+    if (value == kAutoSmallBytes) {
+      text(key, "auto");
+    } else {
+      bytes(key, value);
+    }
+  };
+  small("small-bytes", a.small_bytes);
+  bytes("latency-bytes", a.latency_bytes);
   bytes("chunk-size", a.chunk_bytes);
   num("pipeline-depth", a.pipeline_depth);
   num("endpoints", a.endpoints);
@@ -320,7 +328,8 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   // scheduling round (admin.cpp), so they may differ from this daemon's own setting.
   text("agreed-allreduce-algorithm", algorithm_name(agreed.allreduce));
   text("agreed-collective-algorithm", collective_algorithm_name(agreed.collectives));
-  bytes("agreed-small-bytes", agreed.small_bytes);
+  small("agreed-small-bytes", agreed.small_bytes);
+  bytes("agreed-latency-bytes", agreed.latency_bytes);
   bytes("agreed-chunk-size", agreed.chunk_bytes);
   num("agreed-endpoints", agreed.endpoints);
   // Fixed at start (a restart changes them).
@@ -358,7 +367,8 @@ void CountersPublisher::housekeeping(uint64_t now_ns, uint64_t last_progress_ns,
   last_snapshot_ns_ = now_ns;
   const AlgorithmTuning& t = in_effect_ != nullptr ? *in_effect_ : config_.tuning;
   if (t.chunk_bytes != agreed_.chunk_bytes || t.small_bytes != agreed_.small_bytes ||
-      t.allreduce != agreed_.allreduce || t.endpoints != agreed_.endpoints) {
+      t.latency_bytes != agreed_.latency_bytes || t.allreduce != agreed_.allreduce ||
+      t.endpoints != agreed_.endpoints) {
     publish_params(config_, false);  // a scheduling round adopted node 0's values
   }
   snapshot(now_ns, jobs, clients, stall_sec);

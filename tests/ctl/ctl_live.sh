@@ -5,7 +5,8 @@
 #     8-byte sync counted as completed inside a scheduling round, sched_eager);
 #  2. `set chunk-size 64K` on node 0 mid-job: both daemons adopt it at their next scheduling
 #     round (agreed-chunk-size), and the ring's slices per allreduce (ring_slices /
-#     ring_allreduces over an interval) grow, while every allreduce still completes;
+#     ring_allreduces over an interval) grow, while every allreduce still completes; and
+#     `set latency-bytes` (the model's switch, small-bytes auto) reaches node 1 the same way;
 #  3. set is refused for another uid (nobody) with exit 1 and "permission denied", but allowed
 #     for a member of the admin-group (a second, loopback daemon with --admin-group nogroup);
 #     refused for a bad value or a restart-only key with exit 1 naming them; usage errors exit 2;
@@ -123,6 +124,14 @@ python3 -c "import sys; sys.exit(0 if float('$after') >= 2 * float('$before') el
 [ "$("$CTL" counters --instance "$I0" --json | json 'd["collectives"]["allreduce"]["errors"]')" = 0 ] &&
   pass "no allreduce failed across the change" || fail "allreduces failed after the change"
 "$CTL" get --instance "$I0" | grep -qx "chunk-size = 64K" && pass "get (all settings)" || fail "get"
+# The model's switch (small-bytes auto) follows node 0's latency-bytes on both nodes.
+[ "$("$CTL" get small-bytes --instance "$I1")" = auto ] && pass "small-bytes auto by default" ||
+  fail "small-bytes is not auto by default"
+"$CTL" set latency-bytes 32K --instance "$I0" >/dev/null && sleep 1 &&
+  [ "$("$CTL" get agreed-latency-bytes --instance "$I1")" = 32K ] &&
+  pass "set latency-bytes 32K on node 0, agreed on node 1" || fail "latency-bytes not agreed"
+out=$("$CTL" set small-bytes auto --instance "$I0" 2>&1) && pass "set small-bytes auto: $out" ||
+  fail "set small-bytes auto: $out"
 
 # 3. Refusals and usage errors.
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then

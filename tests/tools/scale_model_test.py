@@ -1,13 +1,15 @@
 """tools/scale-model's calibration and prediction code on small inputs (issue 20): fitting
 recovers known parameters from times they generate, the paths match the daemon's switch
 points, and the step simulation behaves as a step does."""
+import json
 import math
 import os
 import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tools'))
-from scale_model import fit, model, workload  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', '..', 'tools'))
+from scale_model import fit, model, switch, workload  # noqa: E402
 
 KIB, MIB = model.KIB, model.MIB
 RATE = 125e6
@@ -18,11 +20,30 @@ class Model(unittest.TestCase):
         t = model.Tuning()
         self.assertEqual(model.algorithm(t, 8, 1), 'local')
         self.assertEqual(model.algorithm(t, 1024, 4), 'eager')
-        self.assertEqual(model.algorithm(t, 64 * KIB, 4), 'recursive_doubling')
-        self.assertEqual(model.algorithm(t, 64 * KIB, 2), 'ring')  # as choose_allreduce
-        self.assertEqual(model.algorithm(t, 64 * KIB + 4, 4), 'ring')
+        edge = model.rd_switch_bytes(4, t.latency_bytes)
+        self.assertEqual(model.algorithm(t, edge, 4), 'recursive_doubling')
+        self.assertEqual(model.algorithm(t, edge, 2), 'ring')  # as choose_allreduce
+        self.assertEqual(model.algorithm(t, edge + 1, 4), 'ring')
+        self.assertEqual(model.algorithm(model.Tuning(small_bytes=64 * KIB), 64 * KIB, 4096),
+                         'recursive_doubling')
         self.assertEqual(model.rd_steps(4), 2)
         self.assertEqual(model.rd_steps(6), 4)  # 2 + the two extra steps
+
+    def test_switch_is_where_the_two_algorithms_cost_the_same(self):
+        # No fixed costs but the message steps: at the switch, rd and ring take equal time.
+        p = model.Params(o1=0, o2=0, alpha_r=0, alpha_p=0, l1=0, l2=0, l3=0, l4=0,
+                         burst_bytes=0, alpha_m=40e-6, eta=1.0, eta_slope=0, overlap_rest=0)
+        for nodes in (3, 4, 6, 8, 64, 4096):
+            s = model.rd_switch_bytes(nodes, int(p.alpha_m * RATE))
+            rd = model.allreduce_time(p, model.Tuning(small_bytes=1 << 62), s, nodes, 1, RATE)
+            ring = model.allreduce_time(p, model.Tuning(small_bytes=0), s, nodes, 1, RATE)
+            self.assertAlmostEqual(rd / ring, 1, delta=1e-3, msg=nodes)
+
+    def test_the_daemon_and_the_model_share_one_switch_table(self):
+        # tests/data/rd_switch_points.json is what `scale-model switch --table` writes; the
+        # daemon's unit test (AutoSwitchIsTheModelsCrossover) checks its code against it too.
+        with open(os.path.join(HERE, '..', 'data', 'rd_switch_points.json')) as f:
+            self.assertEqual(json.load(f), switch.table())
 
     def test_large_ring_approaches_the_link(self):
         p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0)
@@ -48,7 +69,7 @@ class Calibration(unittest.TestCase):
         t = model.Tuning()
         points = []
         for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1)):
-            for size in (8, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB):
+            for size in (8, 4 * KIB, 16 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB):
                 points.append((size, nodes, ranks, RATE,
                                model.allreduce_time(truth, t, size, nodes, ranks, RATE)))
         fitted, rms = fit.calibrate(points)

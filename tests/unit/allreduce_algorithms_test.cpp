@@ -10,8 +10,10 @@
 
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -170,6 +172,40 @@ TEST(AllreduceAlgorithms, AutoPicksRecursiveDoublingOnlyForSmallMessagesOnThreeN
   EXPECT_EQ(choose_allreduce(t, 8, 4), AllreduceAlgorithmKind::kMpi);
   EXPECT_EQ(parse_algorithm("recursive-doubling"), AllreduceAlgorithmKind::kRecursiveDoubling);
   EXPECT_THROW(parse_algorithm("tree"), std::invalid_argument);
+}
+
+// Issue 20 item 4: auto's switch is the cost model's, and the model (tools/scale_model) and
+// the daemon compute it alike: both must reproduce the one table the model wrote.
+TEST(AllreduceAlgorithms, AutoSwitchIsTheModelsCrossover) {
+  std::ifstream in(std::string(NODECOMM_TEST_DATA_DIR) + "/rd_switch_points.json");
+  ASSERT_TRUE(in.good()) << "tests/data/rd_switch_points.json";
+  const nlohmann::json table = nlohmann::json::parse(in);
+  const auto& nodes = table.at("nodes");
+  const auto& latency = table.at("latency_bytes");
+  ASSERT_GT(nodes.size(), 5u);
+  for (size_t i = 0; i < latency.size(); ++i) {
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      const auto n = nodes[j].get<uint32_t>();
+      const auto x = latency[i].get<size_t>();
+      EXPECT_EQ(rd_switch_bytes(n, x), table.at("switch_bytes")[i][j].get<size_t>())
+          << n << " nodes, latency-bytes " << x;
+    }
+  }
+  AlgorithmTuning t;
+  ASSERT_EQ(t.small_bytes, kAutoSmallBytes);
+  EXPECT_EQ(rd_switch_bytes(2, t.latency_bytes), 0u);
+  for (const uint32_t n : {3u, 4u, 8u, 4096u}) {
+    const size_t s = rd_switch_bytes(n, t.latency_bytes);
+    EXPECT_EQ(choose_allreduce(t, s, n), AllreduceAlgorithmKind::kRecursiveDoubling) << n;
+    EXPECT_EQ(choose_allreduce(t, s + 1, n), AllreduceAlgorithmKind::kRing) << n;
+  }
+  // Grows with the node count: the ring's 2(N-1) steps against log2(N).
+  EXPECT_GT(rd_switch_bytes(4096, t.latency_bytes), 50 * rd_switch_bytes(8, t.latency_bytes));
+  // The other collectives keep their fixed switch under auto; an explicit one applies to all.
+  EXPECT_EQ(collective_switch_bytes(t), kAutoCollectiveSmallBytes);
+  t.small_bytes = 1000;
+  EXPECT_EQ(allreduce_switch_bytes(t, 4096), 1000u);
+  EXPECT_EQ(collective_switch_bytes(t), 1000u);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@ import os
 import statistics
 import sys
 
-from . import fabrics, fit, measure, model, plots, workload
+from . import fabrics, fit, measure, model, plots, switch, workload
 
 KIB, MIB = model.KIB, model.MIB
 CAL_SIZES = [8, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
@@ -274,6 +274,20 @@ def main(argv=None):
     j.add_argument('--max-nodes', type=int, default=4096)
     j.add_argument('--out-dir', default='.')
     j.set_defaults(func=cmd_project)
+    w = sub.add_parser('switch', help="the recursive-doubling/ring switch: the model's, "
+                       "the fabrics' latency-bytes, and measured on this machine")
+    w.add_argument('--params', default='', help='calibration: this machine and the fabrics')
+    w.add_argument('--table', default='', help='write the shared switch table here')
+    w.add_argument('--measure', action='store_true', help='run rd and ring side by side')
+    w.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')], default=[4, 8])
+    w.add_argument('--ranks', type=int, default=1)
+    w.add_argument('--rate', default='1gbit')
+    w.add_argument('--sizes', type=parse_sizes,
+                   default=parse_sizes('4K,8K,16K,32K,64K,128K,256K,512K'))
+    w.add_argument('--reps', type=int, default=3)
+    w.add_argument('--out', default='')
+    w.add_argument('--timeout', type=int, default=600)
+    w.set_defaults(func=lambda a: switch.cmd_switch(a, load_params))
     a = ap.parse_args(argv)
     return a.func(a)
 

@@ -25,13 +25,14 @@ class Runner:
         self.timeout = timeout
         self.verbose = verbose
 
-    def _run(self, nodes, ranks, rate, args):
+    def _run(self, nodes, ranks, rate, args, daemon_args=()):
         with tempfile.TemporaryDirectory(prefix='scale-model.') as tmp:
             out = os.path.join(tmp, 'records.json')
             cmd = [self.launch, '--timeout', str(self.timeout - 10), '--nodes', str(nodes),
                    '--ranks-per-node', str(ranks)]
             if rate not in (None, 'none'):
                 cmd += ['--netsim', rate]
+            cmd += [f'--daemon-arg={a}' for a in daemon_args]
             cmd += ['--', self.bench] + args + ['--json', out]
             if self.verbose:
                 print('# ' + ' '.join(cmd), flush=True)
@@ -42,12 +43,13 @@ class Runner:
             with open(out) as f:
                 return [json.loads(line) for line in f if line.strip()]
 
-    def allreduce(self, nodes, ranks, rate, sizes, iters=None):
+    def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=()):
         """[(size, seconds per allreduce)] on nodes x ranks."""
         args = ['--op', 'allreduce', '--sizes', ','.join(str(s) for s in sizes)]
         if iters:
             args += ['--iters', str(iters)]
-        return [(r['size'], r['time_us'] / 1e6) for r in self._run(nodes, ranks, rate, args)]
+        return [(r['size'], r['time_us'] / 1e6)
+                for r in self._run(nodes, ranks, rate, args, daemon_args)]
 
     def workload(self, nodes, ranks, rate, workload, scale, steps=3):
         args = ['--workload', workload, '--scale', repr(scale), '--steps', str(steps),

@@ -14,7 +14,7 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
                 alpha_r + (N - 2) * alpha_p), a recursive-doubling combine beyond
                 (ceil(log2 N) steps of alpha_r)
   network(S, N) S <= eager (1 KiB): 0, the data rides in the round
-                N > 2 and S <= small_bytes (64 KiB): recursive doubling, steps(N) *
+                N > 2 and S <= switch(N) (rd_switch_bytes): recursive doubling, steps(N) *
                 alpha_m + (log2 p + [N != p]) * S * beta (the busiest node's link: its log2 p
                 exchanges and, beyond a power of two p, the result it sends back), steps =
                 log2 p + 2 [N != p]
@@ -50,7 +50,8 @@ MIB = 1024 * 1024
 class Tuning:
     """The daemon's defaults (daemon/config/tuning.hpp) that shape the paths."""
     eager_bytes: int = 1024          # kMaxEagerBytes: allreduces carried in the round
-    small_bytes: int = 64 * KIB      # AlgorithmTuning::small_bytes: recursive doubling below
+    small_bytes: int = None          # AlgorithmTuning::small_bytes; None: auto, the model's
+    latency_bytes: int = 16 * KIB    # AlgorithmTuning::latency_bytes (--latency-bytes)
     slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
     gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
 
@@ -105,13 +106,33 @@ def round_time(p: Params, t: Tuning, nodes):
     return math.ceil(math.log2(nodes)) * p.alpha_r
 
 
+def rd_switch_bytes(nodes, latency_bytes):
+    """The largest allreduce recursive doubling moves faster than the ring on `nodes` nodes,
+    where their costs cross (the terms of allreduce_parts, alpha / beta = latency_bytes). The
+    daemon's rd_switch_bytes (daemon/config/tuning.cpp) is the same formula: both are checked
+    against tests/data/rd_switch_points.json."""
+    if nodes <= 2:
+        return 0
+    p = 1 << (nodes.bit_length() - 1)
+    log_p = p.bit_length() - 1
+    extra = nodes != p
+    rd_steps, rd_bytes = log_p + (2 if extra else 0), log_p + (1 if extra else 0)
+    ring_steps, ring_bytes = 2.0 * (nodes - 1), 2.0 * (nodes - 1) / nodes
+    return int(math.floor((ring_steps - rd_steps) / (rd_bytes - ring_bytes) * latency_bytes))
+
+
+def switch_bytes(t: Tuning, nodes):
+    """The recursive-doubling limit the daemon's auto uses (allreduce_switch_bytes)."""
+    return rd_switch_bytes(nodes, t.latency_bytes) if t.small_bytes is None else t.small_bytes
+
+
 def algorithm(t: Tuning, size, nodes):
     """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp)."""
     if nodes <= 1:
         return 'local'
     if size <= t.eager_bytes:
         return 'eager'
-    if nodes > 2 and size <= t.small_bytes:
+    if nodes > 2 and size <= switch_bytes(t, nodes):
         return 'recursive_doubling'
     return 'ring'
 

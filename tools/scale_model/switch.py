@@ -1,0 +1,103 @@
+"""The recursive-doubling/ring switch (issue 20, item 4): the model's crossover for each node
+count, the latency-bytes (alpha / beta) of this machine and of the projection's fabrics, and
+the switch measured on this machine by running both algorithms side by side."""
+import json
+import statistics
+
+from . import fabrics, measure, model
+
+KIB = model.KIB
+TABLE_NODES = [3, 4, 5, 6, 7, 8, 16, 64, 256, 1024, 4096]
+TABLE_LATENCY_BYTES = [1 * KIB, 16 * KIB, 128 * KIB]
+
+
+def table():
+    """The shared table (tests/data/rd_switch_points.json): the switch for each node count
+    and latency-bytes, which the model and the daemon must both reproduce."""
+    return {'nodes': TABLE_NODES, 'latency_bytes': TABLE_LATENCY_BYTES,
+            'switch_bytes': [[model.rd_switch_bytes(n, x) for n in TABLE_NODES]
+                             for x in TABLE_LATENCY_BYTES]}
+
+
+def machine_latency_bytes(p: model.Params, nodes, ranks, rate):
+    """alpha / beta of this machine's simulated links for a layout: one message step (with the
+    time slices it waits for) in bytes of the link."""
+    parts = model.allreduce_parts(p, model.Tuning(small_bytes=0), 64 * KIB, nodes, ranks, rate)
+    steps = 2 * (nodes - 1)
+    return parts['latency'] / steps * p.eta * rate
+
+
+def fabric_latency_bytes(name, base: model.Params):
+    rate, latency, eta, _ = fabrics.FABRICS[name]
+    return (latency + base.o1 / 2) * eta * rate
+
+
+def measured_switch(runner, nodes, ranks, rate, sizes, reps):
+    """Times of both algorithms per size (medians of `reps` runs, alternating) and the
+    largest size where recursive doubling is still faster."""
+    times = {'rd': [], 'ring': []}
+    for _ in range(reps):
+        for alg in ('rd', 'ring'):
+            times[alg].append(runner.allreduce(
+                nodes, ranks, rate, sizes, daemon_args=[f'--allreduce-algorithm={alg}']))
+    rows = []
+    for i, size in enumerate(sizes):
+        rd = statistics.median(run[i][1] for run in times['rd'])
+        ring = statistics.median(run[i][1] for run in times['ring'])
+        rows.append({'size': size, 'rd_s': rd, 'ring_s': ring})
+    faster = [r['size'] for r in rows if r['rd_s'] < r['ring_s']]
+    return rows, (max(faster) if faster else 0)
+
+
+def regret(t_default: model.Tuning, p, size, nodes, ranks, rate):
+    """How much slower the default's choice is than the better algorithm, by the model."""
+    best = min(model.allreduce_time(p, model.Tuning(small_bytes=s), size, nodes, ranks, rate)
+               for s in (0, 1 << 62))
+    return model.allreduce_time(p, t_default, size, nodes, ranks, rate) / best - 1
+
+
+def cmd_switch(a, load_params):
+    t = model.Tuning()
+    if a.table:
+        with open(a.table, 'w') as f:
+            json.dump(table(), f, indent=1)
+            f.write('\n')
+    out = {'default_latency_bytes': t.latency_bytes,
+           'default_switch': {n: model.rd_switch_bytes(n, t.latency_bytes)
+                              for n in TABLE_NODES}}
+    print(f"# the daemon's default --latency-bytes {t.latency_bytes}: switch per node count")
+    print('  '.join(f"{n}:{model.rd_switch_bytes(n, t.latency_bytes) // KIB}K"
+                    for n in TABLE_NODES))
+    if a.params:
+        base = load_params(a.params)
+        rb = measure.rate_bytes(a.rate)
+        out['machine'] = {}
+        for nodes in a.nodes:
+            x = machine_latency_bytes(base, nodes, a.ranks, rb)
+            out['machine'][nodes] = x
+            print(f"this machine {nodes}x{a.ranks} {a.rate}: latency-bytes {x / KIB:.1f}K, "
+                  f"switch {model.rd_switch_bytes(nodes, int(x)) / KIB:.1f}K")
+        out['fabrics'] = {}
+        for name in fabrics.FABRICS:
+            x = fabric_latency_bytes(name, base)
+            out['fabrics'][name] = x
+            print(f"{name:>7}: latency-bytes {x / KIB:.0f}K; switch at 8, 256, 4096 nodes "
+                  f"{model.rd_switch_bytes(8, int(x)) / KIB:.0f}K "
+                  f"{model.rd_switch_bytes(256, int(x)) / KIB:.0f}K "
+                  f"{model.rd_switch_bytes(4096, int(x)) / KIB:.0f}K")
+    if a.measure:
+        runner = measure.Runner(a.build, timeout=a.timeout)
+        out['measured'] = []
+        for nodes in a.nodes:
+            rows, last = measured_switch(runner, nodes, a.ranks, a.rate, a.sizes, a.reps)
+            for r in rows:
+                print(f"{nodes}x{a.ranks} {r['size']:>8}: rd {r['rd_s'] * 1e3:8.3f} ms, ring "
+                      f"{r['ring_s'] * 1e3:8.3f} ms", flush=True)
+            print(f"# {nodes}x{a.ranks}: rd faster up to {last // KIB}K; the default's switch "
+                  f"{model.rd_switch_bytes(nodes, t.latency_bytes) / KIB:.1f}K", flush=True)
+            out['measured'].append({'nodes': nodes, 'ranks': a.ranks, 'rate': a.rate,
+                                    'rows': rows, 'rd_faster_up_to': last})
+    if a.out:
+        with open(a.out, 'w') as f:
+            json.dump(out, f, indent=1)
+    return 0
