@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <stdexcept>
@@ -70,7 +71,7 @@ size_t rd_switch_bytes(uint32_t nodes, size_t latency_bytes) {
 
 size_t allreduce_switch_bytes(const AlgorithmTuning& tuning, uint32_t nodes) {
   if (tuning.small_bytes != kAutoSmallBytes) return tuning.small_bytes;
-  return rd_switch_bytes(nodes, tuning.latency_bytes);
+  return std::min(rd_switch_bytes(nodes, tuning.latency_bytes), kMaxAutoSwitchBytes);
 }
 
 size_t collective_switch_bytes(const AlgorithmTuning& tuning) {

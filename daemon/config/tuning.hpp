@@ -32,6 +32,12 @@ CollectiveAlgorithmKind parse_collective_algorithm(const std::string& text);
 
 // --small-bytes auto: the switch comes from the cost model (allreduce_switch_bytes).
 inline constexpr size_t kAutoSmallBytes = std::numeric_limits<size_t>::max();
+// Under --small-bytes auto, allreduce's switch is at most this: in a training step the other
+// allreduces keep the link busy, so recursive doubling's log2(N) times the bytes costs more
+// than the ring's latencies, which overlap their transfers. The cost model's step simulation
+// over the projected fabrics and workloads at 8-4096 nodes loses least with this cap
+// (`tools/scale-model switch --steps`, docs/SCALING.md).
+inline constexpr size_t kMaxAutoSwitchBytes = size_t{256} * 1024;
 // Under --small-bytes auto, the other collectives' switch to the native ones (as before the
 // model drove allreduce's).
 inline constexpr size_t kAutoCollectiveSmallBytes = size_t{64} * 1024;
@@ -62,7 +68,8 @@ struct AlgorithmTuning {
 // alpha / beta = latency_bytes. 0 on two nodes or fewer (the ring makes the same exchange).
 size_t rd_switch_bytes(uint32_t nodes, size_t latency_bytes);
 
-// The recursive-doubling limit auto uses on `nodes` nodes: --small-bytes, or the model's.
+// The recursive-doubling limit auto uses on `nodes` nodes: --small-bytes, or the model's
+// (at most kMaxAutoSwitchBytes).
 size_t allreduce_switch_bytes(const AlgorithmTuning& tuning, uint32_t nodes);
 // The other collectives' limit for their native (tree) algorithms under auto.
 size_t collective_switch_bytes(const AlgorithmTuning& tuning);

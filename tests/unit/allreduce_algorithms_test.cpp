@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -180,6 +181,7 @@ TEST(AllreduceAlgorithms, AutoSwitchIsTheModelsCrossover) {
   std::ifstream in(std::string(NODECOMM_TEST_DATA_DIR) + "/rd_switch_points.json");
   ASSERT_TRUE(in.good()) << "tests/data/rd_switch_points.json";
   const nlohmann::json table = nlohmann::json::parse(in);
+  EXPECT_EQ(kMaxAutoSwitchBytes, table.at("max_auto_switch_bytes").get<size_t>());
   const auto& nodes = table.at("nodes");
   const auto& latency = table.at("latency_bytes");
   ASSERT_GT(nodes.size(), 5u);
@@ -195,12 +197,13 @@ TEST(AllreduceAlgorithms, AutoSwitchIsTheModelsCrossover) {
   ASSERT_EQ(t.small_bytes, kAutoSmallBytes);
   EXPECT_EQ(rd_switch_bytes(2, t.latency_bytes), 0u);
   for (const uint32_t n : {3u, 4u, 8u, 4096u}) {
-    const size_t s = rd_switch_bytes(n, t.latency_bytes);
+    const size_t s = std::min(rd_switch_bytes(n, t.latency_bytes), kMaxAutoSwitchBytes);
     EXPECT_EQ(choose_allreduce(t, s, n), AllreduceAlgorithmKind::kRecursiveDoubling) << n;
     EXPECT_EQ(choose_allreduce(t, s + 1, n), AllreduceAlgorithmKind::kRing) << n;
   }
-  // Grows with the node count: the ring's 2(N-1) steps against log2(N).
+  // Grows with the node count (the ring's 2(N-1) steps against log2(N)), up to the cap.
   EXPECT_GT(rd_switch_bytes(4096, t.latency_bytes), 50 * rd_switch_bytes(8, t.latency_bytes));
+  EXPECT_EQ(allreduce_switch_bytes(t, 4096), kMaxAutoSwitchBytes);
   // The other collectives keep their fixed switch under auto; an explicit one applies to all.
   EXPECT_EQ(collective_switch_bytes(t), kAutoCollectiveSmallBytes);
   t.small_bytes = 1000;

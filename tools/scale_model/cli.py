@@ -34,11 +34,11 @@ def load_params(path):
 
 def calibration_points(runner, rate, reps=1):
     """The measurements calibration fits: 1 node x 1 and 2 ranks, 2 nodes x 1 and 2 ranks,
-    3 nodes x 1 rank (the round's cost per further peer), each over CAL_SIZES, the median of
-    `reps` runs per point."""
+    3 and 4 nodes x 1 rank (the round's cost per further peer, eta's slope), each over
+    CAL_SIZES, the median of `reps` runs per point."""
     rb = measure.rate_bytes(rate)
     points = []
-    for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1)):
+    for nodes, ranks in ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1)):
         runs = [runner.allreduce(nodes, ranks, rate, CAL_SIZES) for _ in range(reps)]
         for i, size in enumerate(CAL_SIZES):
             points.append((size, nodes, ranks, rb, statistics.median(r[i][1] for r in runs)))
@@ -131,8 +131,9 @@ def cmd_check(a):
     rows = []
     if a.replay:
         # The measurements of an earlier check, predicted again (a model change, new params).
-        with open(a.replay) as f:
-            rows = json.load(f)['rows']
+        for path in a.replay.split(','):
+            with open(path) as f:
+                rows += json.load(f)['rows']
         for row in rows:
             row['predicted_s'] = predict_row(p, t, row, layers_of)
             row['error'] = row['predicted_s'] / row['measured_s'] - 1
@@ -181,13 +182,13 @@ def fabric_params(base: model.Params, name):
     # The daemon on dedicated cores: no oversubscription; message steps cost the fabric's
     # latency plus what the daemon adds on this machine beyond the simulated link's.
     d.update(alpha_m=latency + base.o1 / 2, alpha_r=latency + base.o1 / 2,
-             alpha_p=latency / 4, eta=eta, contention=0.0, cores=1 << 20, burst_bytes=0)
+             alpha_p=latency / 4, eta=eta, eta_slope=0.0, contention=0.0, cores=1 << 20,
+             burst_bytes=0)
     return model.Params.from_json(d), rate
 
 
 def cmd_project(a):
     base = load_params(a.params)
-    t = model.Tuning()
     bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
     nodes_list = [1 << i for i in range(int(math.log2(a.max_nodes)) + 1)]
     out = {'fabrics': {}, 'workloads': {}}
@@ -197,6 +198,8 @@ def cmd_project(a):
         out['workloads'][wname] = {'compute_ms': compute_ms, 'gradient_bytes': grad}
         for fname in a.fabrics:
             p, rate = fabric_params(base, fname)
+            # The operator's one setting per fabric: --latency-bytes (`scale-model switch`).
+            t = model.Tuning(latency_bytes=int(switch.fabric_latency_bytes(fname, base)))
             alpha = fabrics.FABRICS[fname][1]
             one = workload.step_times(p, t, layers, 1, a.ranks, rate)['t_step']
             series = []
@@ -260,7 +263,8 @@ def main(argv=None):
     k.add_argument('--reps', type=int, default=3, help='runs per layout; their median counts')
     k.add_argument('--out', default='')
     k.add_argument('--replay', default='',
-                   help="predict an earlier check's measurements (its --out) instead of measuring")
+                   help="predict earlier checks' measurements (their --out files, comma-separated) "
+                   "instead of measuring")
     k.add_argument('--timeout', type=int, default=900)
     k.set_defaults(func=cmd_check)
     j = sub.add_parser('project', help='step time and scaling efficiency to many nodes')
@@ -279,6 +283,8 @@ def main(argv=None):
     w.add_argument('--params', default='', help='calibration: this machine and the fabrics')
     w.add_argument('--table', default='', help='write the shared switch table here')
     w.add_argument('--measure', action='store_true', help='run rd and ring side by side')
+    w.add_argument('--steps', action='store_true',
+                   help="step time per cap on auto's switch (the fabrics, 8 ranks per node)")
     w.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')], default=[4, 8])
     w.add_argument('--ranks', type=int, default=1)
     w.add_argument('--rate', default='1gbit')

@@ -52,6 +52,7 @@ class Tuning:
     eager_bytes: int = 1024          # kMaxEagerBytes: allreduces carried in the round
     small_bytes: int = None          # AlgorithmTuning::small_bytes; None: auto, the model's
     latency_bytes: int = 16 * KIB    # AlgorithmTuning::latency_bytes (--latency-bytes)
+    max_auto_switch: int = 256 * KIB  # kMaxAutoSwitchBytes: auto's switch at most this
     slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
     gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
 
@@ -123,7 +124,9 @@ def rd_switch_bytes(nodes, latency_bytes):
 
 def switch_bytes(t: Tuning, nodes):
     """The recursive-doubling limit the daemon's auto uses (allreduce_switch_bytes)."""
-    return rd_switch_bytes(nodes, t.latency_bytes) if t.small_bytes is None else t.small_bytes
+    if t.small_bytes is not None:
+        return t.small_bytes
+    return min(rd_switch_bytes(nodes, t.latency_bytes), t.max_auto_switch)
 
 
 def algorithm(t: Tuning, size, nodes):

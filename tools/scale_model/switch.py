@@ -2,9 +2,10 @@
 count, the latency-bytes (alpha / beta) of this machine and of the projection's fabrics, and
 the switch measured on this machine by running both algorithms side by side."""
 import json
+import os
 import statistics
 
-from . import fabrics, measure, model
+from . import fabrics, measure, model, workload
 
 KIB = model.KIB
 TABLE_NODES = [3, 4, 5, 6, 7, 8, 16, 64, 256, 1024, 4096]
@@ -14,7 +15,8 @@ TABLE_LATENCY_BYTES = [1 * KIB, 16 * KIB, 128 * KIB]
 def table():
     """The shared table (tests/data/rd_switch_points.json): the switch for each node count
     and latency-bytes, which the model and the daemon must both reproduce."""
-    return {'nodes': TABLE_NODES, 'latency_bytes': TABLE_LATENCY_BYTES,
+    return {'max_auto_switch_bytes': model.Tuning().max_auto_switch,
+            'nodes': TABLE_NODES, 'latency_bytes': TABLE_LATENCY_BYTES,
             'switch_bytes': [[model.rd_switch_bytes(n, x) for n in TABLE_NODES]
                              for x in TABLE_LATENCY_BYTES]}
 
@@ -56,6 +58,33 @@ def regret(t_default: model.Tuning, p, size, nodes, ranks, rate):
     return model.allreduce_time(p, t_default, size, nodes, ranks, rate) / best - 1
 
 
+STEP_CAPS = [32 * KIB, 64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1024 * KIB]
+STEP_NODES = [8, 32, 128, 512, 1024, 4096]
+
+
+def step_caps(base, layers_of, workloads, ranks):
+    """Step time under each cap on auto's switch, per fabric, workload and node count, and
+    each cap's worst loss against the best cap there: the cap the daemon uses is the one
+    whose worst loss is least (kMaxAutoSwitchBytes)."""
+    from .cli import fabric_params
+    rows, worst = [], {c: 0.0 for c in STEP_CAPS}
+    for wname, compute_ms in workloads:
+        layers = layers_of(wname, compute_ms)
+        for fname in fabrics.FABRICS:
+            p, rate = fabric_params(base, fname)
+            x = int(fabric_latency_bytes(fname, base))
+            for nodes in STEP_NODES:
+                steps = {c: workload.step_times(
+                    p, model.Tuning(latency_bytes=x, max_auto_switch=c), layers, nodes, ranks,
+                    rate)['t_step'] for c in STEP_CAPS}
+                best = min(steps.values())
+                for c in STEP_CAPS:
+                    worst[c] = max(worst[c], steps[c] / best - 1)
+                rows.append({'workload': wname, 'fabric': fname, 'nodes': nodes,
+                             'step_s': {str(c): s for c, s in steps.items()}})
+    return rows, worst
+
+
 def cmd_switch(a, load_params):
     t = model.Tuning()
     if a.table:
@@ -63,11 +92,10 @@ def cmd_switch(a, load_params):
             json.dump(table(), f, indent=1)
             f.write('\n')
     out = {'default_latency_bytes': t.latency_bytes,
-           'default_switch': {n: model.rd_switch_bytes(n, t.latency_bytes)
-                              for n in TABLE_NODES}}
-    print(f"# the daemon's default --latency-bytes {t.latency_bytes}: switch per node count")
-    print('  '.join(f"{n}:{model.rd_switch_bytes(n, t.latency_bytes) // KIB}K"
-                    for n in TABLE_NODES))
+           'default_switch': {n: model.switch_bytes(t, n) for n in TABLE_NODES}}
+    print(f"# the daemon's defaults (--latency-bytes {t.latency_bytes // KIB}K, at most "
+          f"{t.max_auto_switch // KIB}K): switch per node count")
+    print('  '.join(f"{n}:{model.switch_bytes(t, n) // KIB}K" for n in TABLE_NODES))
     if a.params:
         base = load_params(a.params)
         rb = measure.rate_bytes(a.rate)
@@ -85,6 +113,22 @@ def cmd_switch(a, load_params):
                   f"{model.rd_switch_bytes(8, int(x)) / KIB:.0f}K "
                   f"{model.rd_switch_bytes(256, int(x)) / KIB:.0f}K "
                   f"{model.rd_switch_bytes(4096, int(x)) / KIB:.0f}K")
+    if a.steps:
+        if not a.params:
+            raise SystemExit('switch --steps needs --params')
+        bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
+        rows, worst = step_caps(load_params(a.params),
+                                lambda w, ms: workload.bench_layers(bench, w, 1.0, ms),
+                                [('resnet50', 213.0), ('bert-large', 441.0)], 8)
+        for r in rows:
+            print(f"{r['workload']:>10} {r['fabric']:>7} {r['nodes']:>5}: step ms per cap "
+                  + ' '.join(f"{c // KIB}K {r['step_s'][str(c)] * 1e3:.1f}" for c in STEP_CAPS))
+        best = min(STEP_CAPS, key=lambda c: worst[c])
+        print('# worst loss per cap: ' + ', '.join(f"{c // KIB}K {100 * w:.1f} %"
+                                                  for c, w in worst.items()) +
+              f"; least: {best // KIB}K (the daemon's: {t.max_auto_switch // KIB}K)")
+        out['steps'] = {'rows': rows, 'worst_loss': {str(c): w for c, w in worst.items()},
+                        'best_cap': best}
     if a.measure:
         runner = measure.Runner(a.build, timeout=a.timeout)
         out['measured'] = []
@@ -94,7 +138,7 @@ def cmd_switch(a, load_params):
                 print(f"{nodes}x{a.ranks} {r['size']:>8}: rd {r['rd_s'] * 1e3:8.3f} ms, ring "
                       f"{r['ring_s'] * 1e3:8.3f} ms", flush=True)
             print(f"# {nodes}x{a.ranks}: rd faster up to {last // KIB}K; the default's switch "
-                  f"{model.rd_switch_bytes(nodes, t.latency_bytes) / KIB:.1f}K", flush=True)
+                  f"{model.switch_bytes(t, nodes) / KIB:.1f}K", flush=True)
             out['measured'].append({'nodes': nodes, 'ranks': a.ranks, 'rate': a.rate,
                                     'rows': rows, 'rd_faster_up_to': last})
     if a.out:
