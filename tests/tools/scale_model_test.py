@@ -61,6 +61,38 @@ class Model(unittest.TestCase):
         self.assertAlmostEqual(model.round_time(p, t, 4096), 12 * p.alpha_r)
 
 
+class OtherPaths(unittest.TestCase):
+    def test_compression_divides_the_wire_and_adds_the_codec(self):
+        p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0, codec=0.1e-9,
+                         overlap_rest=1.0)
+        t = model.Tuning()
+        none = model.allreduce_parts(p, t, 64 * MIB, 2, 1, RATE)
+        bf16 = model.allreduce_parts(p, t, 64 * MIB, 2, 1, RATE, 'bf16')
+        int8 = model.allreduce_parts(p, t, 64 * MIB, 2, 1, RATE, 'int8')
+        self.assertAlmostEqual(bf16['wire'] / none['wire'], 0.5)
+        self.assertAlmostEqual(int8['wire'] / none['wire'], 0.25)
+        self.assertAlmostEqual(bf16['local'], 64 * MIB * 0.1e-9)
+        self.assertEqual(model.allreduce_parts(p, t, 64 * MIB, 1, 2, RATE, 'bf16')['local'], 0)
+
+    def test_pipelined_collectives_approach_their_minimal_bytes(self):
+        p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0)
+        t = model.Tuning()
+        size = 1 << 30
+        for nodes in (2, 4, 8):
+            ideal = {'reduce_scatter': (nodes - 1) / nodes, 'allgather': (nodes - 1) / nodes,
+                     'broadcast': 1.0, 'reduce': 1.0}
+            for kind, share in ideal.items():
+                got = model.collective_parts(p, t, kind, size, nodes, 1, RATE)
+                self.assertEqual(got['algorithm'], 'ring' if share < 1 else 'chain')
+                # The chain's fill: 40 slices per hop, so under 2.5 %.
+                self.assertAlmostEqual(got['total'] / (share * size / RATE), 1, delta=0.025,
+                                       msg=(kind, nodes))
+        # Small buffers on three nodes or more: Open MPI's trees, log2 N steps.
+        small = model.collective_parts(p, t, 'broadcast', 8 * KIB, 8, 1, RATE)
+        self.assertEqual(small['algorithm'], 'mpi_tree')
+        self.assertAlmostEqual(small['latency'], 3 * p.alpha_m)
+
+
 class Calibration(unittest.TestCase):
     def test_fit_recovers_the_times_of_known_parameters(self):
         truth = model.Params(o1=30e-6, o2=12e-6, l1=0.3e-9, l2=0.5e-9, alpha_r=150e-6,

@@ -65,12 +65,14 @@ def cmd_calibrate(a):
     return 0
 
 
-def predict_rows(p, t, sizes, nodes, ranks, rate):
+def predict_rows(p, t, sizes, nodes, ranks, rate, op='allreduce', compress='none'):
     rb = measure.rate_bytes(rate)
     rows = []
     for s in sizes:
-        parts = model.allreduce_parts(p, t, s, nodes, ranks, rb)
-        rows.append({'size': s, 'nodes': nodes, 'ranks': ranks, 'rate': rate,
+        parts = (model.allreduce_parts(p, t, s, nodes, ranks, rb, compress) if op == 'allreduce'
+                 else model.collective_parts(p, t, op, s, nodes, ranks, rb))
+        rows.append({'op': op, 'compress': compress, 'size': s, 'nodes': nodes, 'ranks': ranks,
+                     'rate': rate,
                      'algorithm': parts['algorithm'], 'predicted_s': parts['total'],
                      'parts': {k: v for k, v in parts.items() if k not in ('algorithm',)}})
     return rows
@@ -82,7 +84,7 @@ def cmd_predict(a):
     out = []
     for nodes in a.nodes:
         for ranks in a.ranks:
-            out += predict_rows(p, t, a.sizes, nodes, ranks, a.rate)
+            out += predict_rows(p, t, a.sizes, nodes, ranks, a.rate, a.op, a.compress)
             for w in a.workload or []:
                 name, scale = w.split(':') if ':' in w else (w, WORKLOADS.get(w, 1.0))
                 layers = workload.bench_layers(os.path.join(a.build, 'bin', 'nodecomm-bench'),
@@ -250,6 +252,10 @@ def main(argv=None):
     p.add_argument('--rate', default='1gbit')
     p.add_argument('--sizes', type=parse_sizes, default=CHECK_SIZES)
     p.add_argument('--workload', action='append', help='NAME[:SCALE]')
+    p.add_argument('--op', default='allreduce',
+                   choices=['allreduce', 'reduce_scatter', 'allgather', 'broadcast', 'reduce'])
+    p.add_argument('--compress', default='none', choices=list(model.WIRE_FACTOR),
+                   help="allreduce's wire type (nodecomm-bench --compress)")
     p.set_defaults(func=cmd_predict)
     k = sub.add_parser('check', help='predict, measure, and print the error table')
     k.add_argument('--params', required=True)

@@ -8,7 +8,7 @@ from .model import Params, Tuning, allreduce_time
 
 # What calibration fits; the rest keep their values (cores, the tuning's switch points).
 FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta',
-          'eta_slope', 'overlap_rest', 'contention')
+          'eta_slope', 'overlap_rest', 'contention', 'codec')
 # Kept inside these bounds: eta and overlap_rest are fractions, the slopes small.
 BOUNDS = {'eta': (0.3, 1.0), 'eta_slope': (1e-5, 0.1), 'overlap_rest': (1e-4, 1.0),
           'contention': (1e-4, 4.0)}
@@ -60,17 +60,19 @@ def _params(base: Params, names, logs):
 
 
 def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
-    """points: [(size, nodes, ranks, rate_bytes_per_s or None, seconds)]. Returns
+    """points: [(size, nodes, ranks, rate_bytes_per_s or None, seconds[, compress])]. Returns
     (Params, rms of log errors)."""
     base = base or Params()
     tuning = tuning or Tuning()
-    names = [n for n in names]
+    # The codec's cost only where some point was measured with wire compression.
+    names = [n for n in names if n != 'codec' or any(len(pt) > 5 and pt[5] != 'none'
+                                                     for pt in points)]
 
     def cost(logs):
         p = _params(base, names, logs)
         total = 0.0
-        for size, nodes, ranks, rate, seconds in points:
-            pred = allreduce_time(p, tuning, size, nodes, ranks, rate)
+        for size, nodes, ranks, rate, seconds, *compress in points:
+            pred = allreduce_time(p, tuning, size, nodes, ranks, rate, *compress)
             total += math.log(max(pred, 1e-12) / seconds) ** 2
         return total / len(points)
 

@@ -43,9 +43,11 @@ class Runner:
             with open(out) as f:
                 return [json.loads(line) for line in f if line.strip()]
 
-    def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=()):
+    def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none'):
         """[(size, seconds per allreduce)] on nodes x ranks."""
         args = ['--op', 'allreduce', '--sizes', ','.join(str(s) for s in sizes)]
+        if compress != 'none':
+            args += ['--compress', compress]
         if iters:
             args += ['--iters', str(iters)]
         return [(r['size'], r['time_us'] / 1e6)

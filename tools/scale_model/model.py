@@ -74,6 +74,7 @@ class Params:
     eta: float = 0.95          # of the link rate, what the daemons' transfers reach (2 nodes)
     eta_slope: float = 0.005   # what eta loses per node beyond 2
     overlap_rest: float = 0.1  # share of the smaller of local / wire that is not hidden
+    codec: float = 0.5e-9      # s per f32 byte: encoding and decoding the wire type (--compress)
     contention: float = 0.0    # exponent of the oversubscription factor on latencies
     cores: int = 2             # the machine's cores (for the oversubscription factor)
     source: dict = field(default_factory=dict)  # how each was obtained
@@ -140,14 +141,22 @@ def algorithm(t: Tuning, size, nodes):
     return 'ring'
 
 
-def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
-    """The terms of one allreduce, seconds each: a dict with 'total'."""
+# Bytes on the wire per f32 byte with --compress (wire_codec.hpp; int8's per-block scales are
+# a few bytes in a thousand and left out).
+WIRE_FACTOR = {'none': 1.0, 'bf16': 0.5, 'f16': 0.5, 'int8': 0.25}
+
+
+def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none'):
+    """The terms of one allreduce, seconds each: a dict with 'total'. `compress`: the wire
+    type of an f32 allreduce (nodecomm-bench --compress); the daemon encodes what it sends and
+    decodes what it receives, `codec` seconds per f32 byte of the buffer in all."""
     k = oversubscription(p, nodes, ranks)
     eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
-    beta = 1.0 / (eta * rate) if rate else 0.0
+    beta = WIRE_FACTOR[compress] / (eta * rate) if rate else 0.0
+    codec = p.codec * size if compress != 'none' and nodes > 1 else 0.0
     parts = {
         'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
-        'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) +
+        'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) + codec +
                  max(0, size - p.cache_bytes) * (p.l3 * ranks + p.l4 * (ranks - 1)),
         'round': k * round_time(p, t, nodes),
         'latency': 0.0,
@@ -171,8 +180,53 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate):
     return parts
 
 
-def allreduce_time(p: Params, t: Tuning, size, nodes, ranks, rate):
-    return allreduce_parts(p, t, size, nodes, ranks, rate)['total']
+def allreduce_time(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none'):
+    return allreduce_parts(p, t, size, nodes, ranks, rate, compress)['total']
+
+
+def collective_parts(p: Params, t: Tuning, kind, size, nodes, ranks, rate):
+    """The other collectives between nodes, as the daemon runs them (collective_algorithms.cpp,
+    `--collective-algorithm auto`): `size` is the whole vector (reduce_scatter's input,
+    allgather's output, the broadcast or reduced buffer), in bytes. Under auto, buffers up to
+    64K on three nodes or more take Open MPI's trees (log2 N steps, the whole buffer on each);
+    the rest nodecomm's pipelined ring (reduce_scatter, allgather: N - 1 steps, (N - 1)/N of
+    the vector on each link) or chain (broadcast, reduce: the buffer once on every link, slices
+    of at least 64K, at least 40 per hop, and the chain's fill of N - 2 slices)."""
+    k = oversubscription(p, nodes, ranks)
+    eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
+    beta = 1.0 / (eta * rate) if rate else 0.0
+    local = {
+        'reduce_scatter': size * p.l2 * (ranks - 1) + size / max(nodes, 1) * p.l1 * ranks,
+        'allgather': size * p.l1 * ranks,
+        'broadcast': size * p.l1 * ranks,
+        'reduce': size * p.l2 * (ranks - 1) + size * p.l1,
+    }[kind]
+    parts = {'overhead': k * (p.o1 + p.o2 * (ranks - 1)), 'local': local,
+             'round': k * round_time(p, t, nodes), 'latency': 0.0, 'wire': 0.0}
+    if nodes <= 1:
+        parts['algorithm'] = 'local'
+    elif nodes > 2 and size <= (t.small_bytes if t.small_bytes is not None else 64 * KIB):
+        steps = math.ceil(math.log2(nodes))
+        parts['algorithm'] = 'mpi_tree'
+        parts['latency'] = k * steps * p.alpha_m
+        parts['wire'] = steps * size * beta
+    elif kind in ('reduce_scatter', 'allgather'):
+        parts['algorithm'] = 'ring'
+        parts['latency'] = k * (nodes - 1) * p.alpha_m
+        parts['wire'] = (nodes - 1) / nodes * size * beta
+    else:
+        hops = nodes - 1
+        slice_bytes = max(64 * KIB, size / max(40 * hops, 1))
+        slice_bytes = min(slice_bytes, size)
+        parts['algorithm'] = 'chain'
+        parts['latency'] = k * hops * p.alpha_m
+        parts['wire'] = (size + (hops - 1) * slice_bytes) * beta
+    fixed = parts['overhead'] + parts['round'] + parts['latency']
+    parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
+    wire = parts['wire'] - parts['credit']
+    big, small = max(parts['local'], wire), min(parts['local'], wire)
+    parts['total'] = fixed + big + p.overlap_rest * small
+    return parts
 
 
 def ring_flat_time(alpha, beta, size, procs):
