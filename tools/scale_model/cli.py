@@ -106,7 +106,11 @@ def predict_row(p, t, row, layers_of):
     """The model's time for a measured row of a check: an allreduce or a workload step."""
     rb = measure.rate_bytes(row['rate'])
     if 'size' in row:
-        return model.allreduce_time(p, t, row['size'], row['nodes'], row['ranks'], rb)
+        op, compress = row.get('op', 'allreduce'), row.get('compress', 'none')
+        if op != 'allreduce':
+            return model.collective_parts(p, t, op, row['size'], row['nodes'], row['ranks'],
+                                          rb)['total']
+        return model.allreduce_time(p, t, row['size'], row['nodes'], row['ranks'], rb, compress)
     layers = layers_of(row['workload'], row['scale'])
     return workload.step_times(p, t, layers, row['nodes'], row['ranks'], rb)['t_step']
 
@@ -117,6 +121,13 @@ def print_row(row):
           f"{row['measured_s'] * unit:9.{digits}f} ms, predicted "
           f"{row['predicted_s'] * unit:9.{digits}f} ms, error {100 * row['error']:+6.1f} %",
           flush=True)
+
+
+def check_paths(a):
+    """(op, compress) pairs a check measures: each --ops, and allreduce with each --compress."""
+    paths = [(op, 'none') for op in a.ops]
+    paths += [('allreduce', c) for c in a.compress if c != 'none']
+    return paths
 
 
 def cmd_check(a):
@@ -148,11 +159,16 @@ def cmd_check(a):
                     base = {'nodes': nodes, 'ranks': ranks, 'rate': rate}
                     # Runs of one layout vary by tens of percent for small operations on a
                     # shared machine: the median of --reps runs is the measurement.
-                    runs = [runner.allreduce(nodes, ranks, rate, a.sizes) for _ in range(a.reps)]
-                    for i, size in enumerate(a.sizes):
-                        times = [run[i][1] for run in runs]
-                        rows.append({**base, 'what': f'allreduce {size}', 'size': size,
-                                     'measured_s': statistics.median(times), 'runs_s': times})
+                    for op, compress in check_paths(a):
+                        runs = [runner.collective(nodes, ranks, rate, op, a.sizes, compress)
+                                for _ in range(a.reps)]
+                        label = op if compress == 'none' else f'{op} {compress}'
+                        for i, size in enumerate(a.sizes):
+                            times = [run[i][1] for run in runs]
+                            rows.append({**base, 'what': f'{label} {size}', 'size': size,
+                                         'op': op, 'compress': compress,
+                                         'measured_s': statistics.median(times),
+                                         'runs_s': times})
                     for w in a.workloads:
                         name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
                         meas = [runner.workload(nodes, ranks, rate, name, float(scale))
@@ -266,6 +282,11 @@ def main(argv=None):
     k.add_argument('--sizes', type=parse_sizes, default=CHECK_SIZES)
     k.add_argument('--workloads', type=lambda s: [w for w in s.split(',') if w],
                    default=list(WORKLOADS))
+    k.add_argument('--ops', type=lambda s: [o for o in s.split(',') if o], default=['allreduce'],
+                   help='collectives to measure: allreduce, reduce_scatter, allgather, '
+                   'broadcast, reduce')
+    k.add_argument('--compress', type=lambda s: [c for c in s.split(',') if c], default=[],
+                   help='also allreduce with these wire types (bf16, f16, int8)')
     k.add_argument('--reps', type=int, default=3, help='runs per layout; their median counts')
     k.add_argument('--out', default='')
     k.add_argument('--replay', default='',

@@ -53,6 +53,13 @@ class Runner:
         return [(r['size'], r['time_us'] / 1e6)
                 for r in self._run(nodes, ranks, rate, args, daemon_args)]
 
+    def collective(self, nodes, ranks, rate, op, sizes, compress='none'):
+        """[(size, seconds per operation)]: `size` the whole vector, as nodecomm-bench's."""
+        if op == 'allreduce':
+            return self.allreduce(nodes, ranks, rate, sizes, compress=compress)
+        args = ['--op', op, '--sizes', ','.join(str(s) for s in sizes)]
+        return [(r['size'], r['time_us'] / 1e6) for r in self._run(nodes, ranks, rate, args)]
+
     def workload(self, nodes, ranks, rate, workload, scale, steps=3):
         args = ['--workload', workload, '--scale', repr(scale), '--steps', str(steps),
                 '--warmup', '1']
