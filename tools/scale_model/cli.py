@@ -123,6 +123,40 @@ def print_row(row):
           flush=True)
 
 
+def size_text(size):
+    for unit, factor in (('MiB', MIB), ('KiB', KIB)):
+        if size >= factor and size % factor == 0:
+            return f'{size // factor} {unit}'
+    return f'{size} B'
+
+
+def markdown_table(rows):
+    """The error table of docs/SCALING.md: a line per rate and layout, a column per size
+    (and per op or compression beyond plain allreduce) and per workload step."""
+    def column(r):
+        if 'workload' in r:
+            return f"{r['workload']} step"
+        label = r.get('op', 'allreduce')
+        if r.get('compress', 'none') != 'none':
+            label += ' ' + r['compress']
+        return size_text(r['size']) if label == 'allreduce' else f"{label} {size_text(r['size'])}"
+    cols, lines = [], {}
+    for r in rows:
+        c = column(r)
+        if c not in cols:
+            cols.append(c)
+        cell = f"{100 * r['error']:+.0f} %"
+        if 'workload' in r:
+            cell += f" ({r['measured_s'] * 1e3:.0f} ms)"
+        lines.setdefault((r['rate'], r['nodes'], r['ranks']), {})[c] = cell
+    out = ['| rate | nodes × ranks | ' + ' | '.join(cols) + ' |',
+           '|---|---|' + '---:|' * len(cols)]
+    for (rate, nodes, ranks), cells in lines.items():
+        out.append(f'| {rate} | {nodes} × {ranks} | ' +
+                   ' | '.join(cells.get(c, '') for c in cols) + ' |')
+    return '\n'.join(out)
+
+
 def check_paths(a):
     """(op, compress) pairs a check measures: each --ops, and allreduce with each --compress."""
     paths = [(op, 'none') for op in a.ops]
@@ -185,6 +219,8 @@ def cmd_check(a):
                         print_row(row)
     median, worst = error_table(rows)
     ok = median <= 0.10 and worst <= 0.25
+    if a.markdown:
+        print(markdown_table(rows))
     print(f"# {len(rows)} points: median |error| {100 * median:.1f} % (bound 10 %), largest "
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:
@@ -292,6 +328,8 @@ def main(argv=None):
     k.add_argument('--replay', default='',
                    help="predict earlier checks' measurements (their --out files, comma-separated) "
                    "instead of measuring")
+    k.add_argument('--markdown', action='store_true', help='also print the error table as '
+                   'Markdown (docs/SCALING.md)')
     k.add_argument('--timeout', type=int, default=900)
     k.set_defaults(func=cmd_check)
     j = sub.add_parser('project', help='step time and scaling efficiency to many nodes')
