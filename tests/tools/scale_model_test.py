@@ -113,6 +113,16 @@ class Calibration(unittest.TestCase):
                 got = model.allreduce_time(fitted, t, size, nodes, ranks, RATE)
                 self.assertLess(abs(got / want - 1), 0.1, (nodes, ranks, size))
 
+    def test_the_codec_alone_is_fitted_from_compressed_points(self):
+        base = model.Params(codec=0.5e-9, overlap_rest=1.0)
+        truth = model.Params(codec=2e-9, overlap_rest=1.0)
+        t = model.Tuning()
+        points = [(s, 2, 1, RATE, model.allreduce_time(truth, t, s, 2, 1, RATE, 'bf16'), 'bf16')
+                  for s in (MIB, 4 * MIB, 16 * MIB, 64 * MIB)]
+        fitted, rms = fit.calibrate(points, base=base, names=['codec'])
+        self.assertAlmostEqual(fitted.codec / 2e-9, 1, delta=0.02)
+        self.assertEqual(fitted.alpha_m, base.alpha_m)  # the rest stays
+
     def test_params_survive_json(self):
         p = model.Params(alpha_m=1e-5)
         self.assertEqual(model.Params.from_json(p.to_json()), p)

@@ -45,21 +45,38 @@ def calibration_points(runner, rate, reps=1):
     return points
 
 
+def codec_points(runner, rate, reps, compress):
+    """Allreduces of 1-64 MiB on 2 nodes x 1 rank with a wire type: the codec's cost."""
+    rb = measure.rate_bytes(rate)
+    sizes = [s for s in CAL_SIZES if s >= MIB]
+    runs = [runner.allreduce(2, 1, rate, sizes, compress=compress) for _ in range(reps)]
+    return [(size, 2, 1, rb, statistics.median(r[i][1] for r in runs), compress)
+            for i, size in enumerate(sizes)]
+
+
 def cmd_calibrate(a):
     if a.points:
         with open(a.points) as f:
             points = [tuple(p) for p in json.load(f)['points']]
     else:
         runner = measure.Runner(a.build, timeout=a.timeout)
-        points = calibration_points(runner, a.rate, a.reps)
-    params, rms = fit.calibrate(points)
-    params.source['calibrated_on'] = f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}"
+        points = (codec_points(runner, a.rate, a.reps, a.compress) if a.compress
+                  else calibration_points(runner, a.rate, a.reps))
+    base = load_params(a.base) if a.base else None
+    names = a.fit.split(',') if a.fit else fit.FITTED
+    params, rms = fit.calibrate(points, base=base, names=names)
+    params.source['calibrated_on' if not a.fit else f'{a.fit}_calibrated_on'] = (
+        f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}")
+    if a.base:
+        # The base's points stay with it: these are only what the listed parameters were fitted on.
+        with open(a.base) as f:
+            points = json.load(f).get('points', []) + [list(pt) for pt in points]
     out = {'params': params.to_json(), 'rate': a.rate, 'points': points}
     text = json.dumps(out, indent=1)
     if a.out:
         with open(a.out, 'w') as f:
             f.write(text + '\n')
-    for name in fit.FITTED:
+    for name in names:
         print(f"{name:>13} {getattr(params, name):.4g}")
     print(f"# fitted over {len(points)} points, rms of log(pred/meas) {rms:.3f}")
     return 0
@@ -295,6 +312,11 @@ def main(argv=None):
     c.add_argument('--out', default='', help='write params and points as JSON here')
     c.add_argument('--points', default='', help='fit these recorded points instead of measuring')
     c.add_argument('--reps', type=int, default=3, help='runs per layout; their median counts')
+    c.add_argument('--compress', default='', choices=['', 'bf16', 'f16', 'int8'],
+                   help="measure 2 x 1 allreduces of 1-64 MiB with this wire type instead "
+                   "(with --base and --fit codec: the codec's cost)")
+    c.add_argument('--base', default='', help='start from these params (a calibration JSON)')
+    c.add_argument('--fit', default='', help='fit only these parameters (comma-separated)')
     c.add_argument('--timeout', type=int, default=600)
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser('predict', help='predicted times, JSON')
