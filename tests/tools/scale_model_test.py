@@ -93,6 +93,17 @@ class OtherPaths(unittest.TestCase):
         self.assertAlmostEqual(small['latency'], 3 * p.alpha_m)
 
 
+class WhatIf(unittest.TestCase):
+    def test_halving_doubling_has_the_rings_bytes_in_log_steps(self):
+        p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0, burst_bytes=0)
+        ring = model.allreduce_parts(p, model.Tuning(), 64 * MIB, 1024, 1, RATE)
+        hd = model.allreduce_parts(p, model.Tuning(halving=True), 64 * MIB, 1024, 1, RATE)
+        self.assertEqual(hd['algorithm'], 'halving_doubling')
+        self.assertAlmostEqual(hd['wire'], ring['wire'])
+        self.assertAlmostEqual(hd['latency'], 20 * p.alpha_m)
+        self.assertLess(hd['total'], ring['total'])
+
+
 class Calibration(unittest.TestCase):
     def test_fit_recovers_the_times_of_known_parameters(self):
         truth = model.Params(o1=30e-6, o2=12e-6, l1=0.3e-9, l2=0.5e-9, alpha_r=150e-6,

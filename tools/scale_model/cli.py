@@ -1,5 +1,6 @@
 """tools/scale-model: calibrate, predict, check, project (docs/SCALING.md)."""
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -279,7 +280,11 @@ def cmd_project(a):
                 flat = compute_ms / 1e3 + model.ring_flat_time(
                     alpha, 1 / (fabrics.FABRICS[fname][2] * rate), grad, n * a.ranks)
                 parts = model.allreduce_parts(p, t, grad, n, a.ranks, rate)
+                what_if = workload.step_times(p, dataclasses.replace(t, halving=True), layers,
+                                              n, a.ranks, rate)['t_step']
                 series.append({'nodes': n, 't_step': step, 'efficiency': one / step,
+                               'halving_step': what_if,
+                               'halving_compute_efficiency': compute_ms / 1e3 / what_if,
                                'compute_efficiency': compute_ms / 1e3 / step,
                                'flat_ring_step': flat, 'flat_ring_efficiency':
                                (compute_ms / 1e3) / flat if flat else 1.0,
@@ -297,7 +302,8 @@ def cmd_project(a):
                   f"{series[-1]['compute_efficiency']:.2f} (flat ring "
                   f"{series[0]['flat_ring_efficiency']:.2f} "
                   f"{series[8]['flat_ring_efficiency']:.2f} "
-                  f"{series[-1]['flat_ring_efficiency']:.2f}); against its own one node "
+                  f"{series[-1]['flat_ring_efficiency']:.2f}; halving-doubling at 4096 "
+                  f"{series[-1]['halving_compute_efficiency']:.2f}); against its own one node "
                   f"{series[-1]['efficiency']:.2f} at 4096, below 0.9 from {below or '-'} nodes; "
                   f"largest term at 4096: {series[-1]['limit']}")
     return 0

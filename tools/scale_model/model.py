@@ -53,6 +53,7 @@ class Tuning:
     small_bytes: int = None          # AlgorithmTuning::small_bytes; None: auto, the model's
     latency_bytes: int = 16 * KIB    # AlgorithmTuning::latency_bytes (--latency-bytes)
     max_auto_switch: int = 256 * KIB  # kMaxAutoSwitchBytes: auto's switch at most this
+    halving: bool = False            # what if: halving-doubling instead of the ring (not built)
     slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
     gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
 
@@ -169,6 +170,14 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         parts['latency'] = k * steps * p.alpha_m
         parts['wire'] = (steps - 1 if nodes != (1 << (nodes.bit_length() - 1)) else steps) * \
             size * beta
+    elif alg == 'ring' and t.halving:
+        # What if (not in the daemon): recursive halving then doubling (Rabenseifner), the
+        # ring's bytes in 2 log2 p steps, plus folding the nodes beyond p in and out.
+        p2 = 1 << (nodes.bit_length() - 1)
+        extra = nodes != p2
+        parts['algorithm'] = 'halving_doubling'
+        parts['latency'] = k * (2 * (p2.bit_length() - 1) + (2 if extra else 0)) * p.alpha_m
+        parts['wire'] = (2 * (p2 - 1) / p2 + (2 if extra else 0)) * size * beta
     elif alg == 'ring':
         parts['latency'] = k * 2 * (nodes - 1) * p.alpha_m
         parts['wire'] = 2 * (nodes - 1) / nodes * size * beta

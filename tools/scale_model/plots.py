@@ -17,10 +17,12 @@ def projection(out, out_dir):
         fabrics = list(out['fabrics'])
         with open(data, 'w') as f:
             for fname in fabrics:
-                f.write(f'# {fname}: nodes compute_efficiency flat_ring_efficiency\n')
+                f.write(f'# {fname}: nodes compute_efficiency flat_ring_efficiency '
+                        f'halving_compute_efficiency\n')
                 for s in out['fabrics'][fname][wname]:
                     f.write(f"{s['nodes']} {s['compute_efficiency']:.5f} "
-                            f"{s['flat_ring_efficiency']:.5f}\n")
+                            f"{s['flat_ring_efficiency']:.5f} "
+                            f"{s['halving_compute_efficiency']:.5f}\n")
                 f.write('\n\n')
         svg = os.path.join(out_dir, f'scaling-{wname}.svg')
         plot = []
@@ -29,6 +31,8 @@ def projection(out, out_dir):
                         f"title '{fname} nodecomm'")
             plot.append(f"'{data}' index {i} using 1:3 with lines dt 2 lc {i + 1} "
                         f"title '{fname} flat ring'")
+            plot.append(f"'{data}' index {i} using 1:4 with lines dt 3 lc {i + 1} "
+                        f"title '{fname} halving-doubling (what if)'")
         script = f"""set terminal svg size 800,480 dynamic font 'sans,12'
 set output '{svg}'
 set logscale x 2
