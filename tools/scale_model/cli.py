@@ -66,6 +66,8 @@ def cmd_calibrate(a):
     base = load_params(a.base) if a.base else None
     names = a.fit.split(',') if a.fit else fit.FITTED
     params, rms = fit.calibrate(points, base=base, names=names)
+    if base is not None and a.fit:
+        params.source['fit'] = base.source.get('fit', '')  # the rest's, not these points'
     params.source['calibrated_on' if not a.fit else f'{a.fit}_calibrated_on'] = (
         f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}")
     if a.base:
