@@ -90,7 +90,9 @@ TEST(Ring, PrefixPushAndPopCopyOnlyWhatIsUsed) {
     EXPECT_EQ(out.seq, i);
     EXPECT_EQ(out.check, i % 2 == 0 ? 100 + i : 7) << "entry " << i;
     // Odd entries fall in odd slots, which only ever get their first field written.
-    if (i % 2 == 1) EXPECT_EQ(shared.slots[i % 8].check, 0u);
+    if (i % 2 == 1) {
+      EXPECT_EQ(shared.slots[i % 8].check, 0u);
+    }
   }
 }
 
