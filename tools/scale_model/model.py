@@ -131,6 +131,11 @@ def switch_bytes(t: Tuning, nodes):
     return min(rd_switch_bytes(nodes, t.latency_bytes), t.max_auto_switch)
 
 
+def collective_switch_bytes(t: Tuning):
+    """The other collectives' limit for Open MPI's trees (collective_switch_bytes)."""
+    return 64 * KIB if t.small_bytes is None else t.small_bytes
+
+
 def algorithm(t: Tuning, size, nodes):
     """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp)."""
     if nodes <= 1:
@@ -140,6 +145,23 @@ def algorithm(t: Tuning, size, nodes):
     if nodes > 2 and size <= switch_bytes(t, nodes):
         return 'recursive_doubling'
     return 'ring'
+
+
+def link_beta(p: Params, nodes, rate, wire_factor=1.0):
+    """Seconds per byte on a node's link: the rate times what eta(N) leaves of it."""
+    eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
+    return wire_factor / (eta * rate) if rate else 0.0
+
+
+def with_total(p: Params, parts, beta):
+    """parts with 'credit' and 'total': the fixed costs, then the larger of local and wire in
+    full and the smaller by overlap_rest; the token bucket's credit shortens the wire."""
+    fixed = parts['overhead'] + parts['round'] + parts['latency']
+    parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
+    wire = parts['wire'] - parts['credit']
+    big, small = max(parts['local'], wire), min(parts['local'], wire)
+    parts['total'] = fixed + big + p.overlap_rest * small
+    return parts
 
 
 # Bytes on the wire per f32 byte with --compress (wire_codec.hpp; int8's per-block scales are
@@ -152,8 +174,7 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
     type of an f32 allreduce (nodecomm-bench --compress); the daemon encodes what it sends and
     decodes what it receives, `codec` seconds per f32 byte of the buffer in all."""
     k = oversubscription(p, nodes, ranks)
-    eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
-    beta = WIRE_FACTOR[compress] / (eta * rate) if rate else 0.0
+    beta = link_beta(p, nodes, rate, WIRE_FACTOR[compress])
     codec = p.codec * size if compress != 'none' and nodes > 1 else 0.0
     parts = {
         'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
@@ -181,12 +202,7 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
     elif alg == 'ring':
         parts['latency'] = k * 2 * (nodes - 1) * p.alpha_m
         parts['wire'] = 2 * (nodes - 1) / nodes * size * beta
-    fixed = parts['overhead'] + parts['round'] + parts['latency']
-    parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
-    wire = parts['wire'] - parts['credit']
-    big, small = max(parts['local'], wire), min(parts['local'], wire)
-    parts['total'] = fixed + big + p.overlap_rest * small
-    return parts
+    return with_total(p, parts, beta)
 
 
 def allreduce_time(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none'):
@@ -202,8 +218,7 @@ def collective_parts(p: Params, t: Tuning, kind, size, nodes, ranks, rate):
     the vector on each link) or chain (broadcast, reduce: the buffer once on every link, slices
     of at least 64K, at least 40 per hop, and the chain's fill of N - 2 slices)."""
     k = oversubscription(p, nodes, ranks)
-    eta = max(0.3, p.eta - p.eta_slope * max(0, nodes - 2))
-    beta = 1.0 / (eta * rate) if rate else 0.0
+    beta = link_beta(p, nodes, rate)
     local = {
         'reduce_scatter': size * p.l2 * (ranks - 1) + size / max(nodes, 1) * p.l1 * ranks,
         'allgather': size * p.l1 * ranks,
@@ -214,7 +229,7 @@ def collective_parts(p: Params, t: Tuning, kind, size, nodes, ranks, rate):
              'round': k * round_time(p, t, nodes), 'latency': 0.0, 'wire': 0.0}
     if nodes <= 1:
         parts['algorithm'] = 'local'
-    elif nodes > 2 and size <= (t.small_bytes if t.small_bytes is not None else 64 * KIB):
+    elif nodes > 2 and size <= collective_switch_bytes(t):
         steps = math.ceil(math.log2(nodes))
         parts['algorithm'] = 'mpi_tree'
         parts['latency'] = k * steps * p.alpha_m
@@ -230,12 +245,7 @@ def collective_parts(p: Params, t: Tuning, kind, size, nodes, ranks, rate):
         parts['algorithm'] = 'chain'
         parts['latency'] = k * hops * p.alpha_m
         parts['wire'] = (size + (hops - 1) * slice_bytes) * beta
-    fixed = parts['overhead'] + parts['round'] + parts['latency']
-    parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
-    wire = parts['wire'] - parts['credit']
-    big, small = max(parts['local'], wire), min(parts['local'], wire)
-    parts['total'] = fixed + big + p.overlap_rest * small
-    return parts
+    return with_total(p, parts, beta)
 
 
 def ring_flat_time(alpha, beta, size, procs):

@@ -51,13 +51,6 @@ def measured_switch(runner, nodes, ranks, rate, sizes, reps):
     return rows, (max(faster) if faster else 0)
 
 
-def regret(t_default: model.Tuning, p, size, nodes, ranks, rate):
-    """How much slower the default's choice is than the better algorithm, by the model."""
-    best = min(model.allreduce_time(p, model.Tuning(small_bytes=s), size, nodes, ranks, rate)
-               for s in (0, 1 << 62))
-    return model.allreduce_time(p, t_default, size, nodes, ranks, rate) / best - 1
-
-
 STEP_CAPS = [32 * KIB, 64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1024 * KIB]
 STEP_NODES = [8, 32, 128, 512, 1024, 4096]
 
