@@ -1,21 +1,33 @@
-"""PyTorch integration: a DistributedDataParallel communication hook that averages gradient
-buckets through nodecommd.
+"""PyTorch integration: the torch.distributed backend "nodecomm", and a DistributedDataParallel
+communication hook that averages gradient buckets through nodecommd.
+
+The backend (any PyTorch program, no hook):
+
+    import torch.distributed as dist
+    import nodecomm.torch                         # registers the backend
+    dist.init_process_group("nodecomm")           # env:// as nodecomm-launch/torchrun set it
+    ddp = DistributedDataParallel(model)          # DDP, collectives, barriers: all via nodecommd
+
+Every collective torch has for CPU tensors goes through the process's one nodecomm context
+(nodecomm.init() is called on first use). Subgroups: nodecomm.torch.new_group(ranks), called
+on every rank. Options (pg_options=nodecomm.torch.Options(...), or the environment):
+compress="bf16"/"f16" for f32 sum/avg allreduces (NODECOMM_TORCH_COMPRESS), piece_mb
+(NODECOMM_TORCH_PIECE_MB, default 16), priority.
+
+The hook (per-bucket priorities, int8 compression), on top of either backend:
 
     import nodecomm, nodecomm.torch
     nodecomm.init()
-    nodecomm.torch.init_process_group()          # DDP's setup traffic (see below)
+    nodecomm.torch.init_process_group()          # gloo (or backend="nodecomm") for DDP's setup
     ddp = DistributedDataParallel(model)
     ddp.register_comm_hook(nodecomm.torch.HookState(compress="bf16"),
                            nodecomm.torch.allreduce_hook)
 
 The hook posts each bucket as soon as backward has filled it and returns at once; the daemon
 moves the data while backward computes the next buckets. A background thread completes the
-returned futures; DDP waits for them at the end of backward.
-
-DDP still needs a torch.distributed process group: it broadcasts the parameters at
-construction and agrees on the bucket layout after the first step through it. Gradients never
-touch it once the hook is registered. init_process_group() makes a gloo group for that
-control traffic, with a file-store rendezvous on nodecomm's world rank and size.
+returned futures; DDP waits for them at the end of backward. DDP still needs a process group
+for its own setup traffic (the parameter broadcast at construction, the bucket layout after the
+first step); gradients never touch it once the hook is registered.
 """
 
 import os
@@ -29,8 +41,8 @@ import torch
 from . import _capi, _core
 from ._capi import Error
 
-__all__ = ["HookState", "allreduce_hook", "init_process_group", "register_tensor",
-           "rendezvous_file"]
+__all__ = ["HookState", "Options", "allreduce_hook", "backend_available", "init_process_group",
+           "new_group", "register_tensor", "rendezvous_file"]
 
 
 def register_tensor(tensor):
@@ -319,16 +331,190 @@ def rendezvous_file(tag="ddp"):
     return bytes(buf).rstrip(b"\0").decode()
 
 
-def init_process_group(backend="gloo", path=None, timeout=300):
+def init_process_group(backend="gloo", path=None, timeout=300, pg_options=None):
     """torch.distributed.init_process_group on nodecomm's world rank and size, with a
-    file-store rendezvous (`path`, or rendezvous_file()). Used by DDP for its setup traffic
-    when gradients go through allreduce_hook, and for the gloo reference run."""
+    file-store rendezvous (`path`, or rendezvous_file()): needs nothing but nodecomm's own
+    environment. backend="nodecomm" makes the nodecomm backend the default group; "gloo"
+    (the default) is DDP's setup traffic when gradients go through allreduce_hook, and the
+    reference run."""
     import datetime
 
     import torch.distributed as dist
     if path is None:
         path = rendezvous_file(backend)
+    extra = {"pg_options": pg_options} if pg_options is not None else {}
     dist.init_process_group(backend, init_method=f"file://{path}",
                             rank=_core.world_rank(), world_size=_core.world_size(),
-                            timeout=datetime.timedelta(seconds=timeout))
+                            timeout=datetime.timedelta(seconds=timeout), **extra)
     return path
+
+
+# ---- the torch.distributed backend "nodecomm" ----------------------------------------------
+# The process group is C++ (python/torch_backend, the extension nodecomm._torch_backend); it
+# shares the context that _core holds. _core is imported first, so ctypes has loaded
+# libnodecomm before the extension asks for it by soname: one library, one context.
+try:
+    from . import _torch_backend
+    _backend_import_error = None
+except ImportError as _e:  # built without libtorch-dev / pybind11-dev
+    _torch_backend, _backend_import_error = None, _e
+
+_PIECE_MB_DEFAULT = 16
+
+
+def backend_available():
+    """True if the extension with the "nodecomm" backend is built and loads; else the reason
+    is in backend_unavailable_reason()."""
+    return _torch_backend is not None
+
+
+def backend_unavailable_reason():
+    return None if _torch_backend is not None else str(_backend_import_error)
+
+
+class Options:
+    """pg_options for the "nodecomm" backend (init_process_group or new_group).
+
+    compress   None, "bf16" or "f16": wire format between nodes for f32 sum/avg allreduces
+               (DDP's gradient buckets). Default: NODECOMM_TORCH_COMPRESS, else none. int8
+               needs a name per tensor, so it is the hook's (HookState(compress="int8")).
+    piece_mb   allreduce, broadcast and reduce are posted in pieces of at most this many MB,
+               so a 250 MB broadcast (DDP's parameter sync) fits the arena and its pieces
+               pipeline. Default: NODECOMM_TORCH_PIECE_MB, else 16. 0: one operation.
+    priority   the group's operations' priority (the `direct` policy sends higher first).
+    """
+
+    def __init__(self, compress=None, piece_mb=None, priority=0):
+        env = os.environ
+        if compress is None:
+            compress = env.get("NODECOMM_TORCH_COMPRESS") or None
+        self.compress = None if compress in (None, "none", "") else str(compress).lower()
+        if self.compress not in (None, "bf16", "f16"):
+            raise ValueError(f"nodecomm.torch.Options: compress {compress!r}: none, bf16 or f16 "
+                             "(int8 is the hook's: HookState(compress='int8'))")
+        if piece_mb is None:
+            piece_mb = float(env.get("NODECOMM_TORCH_PIECE_MB") or _PIECE_MB_DEFAULT)
+        if piece_mb < 0:
+            raise ValueError(f"nodecomm.torch.Options: piece_mb must be >= 0, not {piece_mb!r}")
+        self.piece_mb = piece_mb
+        self.priority = int(priority)
+
+    @property
+    def piece_bytes(self):
+        return int(self.piece_mb * 1e6)
+
+    def __repr__(self):
+        return (f"nodecomm.torch.Options(compress={self.compress!r}, piece_mb={self.piece_mb}, "
+                f"priority={self.priority})")
+
+
+# Communicators split by new_group() on every rank, waiting for dist.new_group's creator call
+# on the members: sorted ranks -> [comm, ...].
+_pending_comms = {}
+
+
+def _ensure_init():
+    """nodecomm.init() from the environment, unless the program already called it. Under
+    torchrun (NODECOMM_LOCAL_RANK unset) torch's LOCAL_RANK/LOCAL_WORLD_SIZE say where this
+    process sits on its node."""
+    if _core.initialized():
+        return
+    env = os.environ
+    kwargs = {}
+    if "NODECOMM_LOCAL_RANK" not in env and "LOCAL_RANK" in env:
+        kwargs["local_rank"] = int(env["LOCAL_RANK"])
+        if "LOCAL_WORLD_SIZE" in env:
+            kwargs["local_size"] = int(env["LOCAL_WORLD_SIZE"])
+        if "NODECOMM_JOB" not in env and "TORCHELASTIC_RUN_ID" in env:
+            kwargs["job"] = env["TORCHELASTIC_RUN_ID"]
+    _core.init(**kwargs)
+
+
+def _options(pg_options):
+    if pg_options is None:
+        return Options()
+    if isinstance(pg_options, Options):
+        return pg_options
+    if isinstance(pg_options, dict):
+        return Options(**pg_options)
+    raise TypeError(f"nodecomm backend: pg_options must be nodecomm.torch.Options or a dict, "
+                    f"not {type(pg_options).__name__}")
+
+
+def _create_backend(backend_opts, pg_options=None):
+    """torch.distributed's creator for "nodecomm" (extended API): runs on the group's members
+    inside init_process_group / new_group."""
+    if _torch_backend is None:
+        raise RuntimeError(f"nodecomm: the torch backend is not built ({_backend_import_error});"
+                           " install libtorch-dev, pybind11-dev and python3-dev and rebuild")
+    options = _options(pg_options)
+    _ensure_init()
+    ctx = _core._context("torch backend")
+    world_rank, world_size = ctx.rank, ctx.size
+    rank, size = backend_opts.group_rank, backend_opts.group_size
+    ranks = sorted(backend_opts.global_ranks_in_group) or list(range(size))
+    name = backend_opts.group_id or "default"
+    if ranks == list(range(world_size)):
+        if not backend_opts.global_ranks_in_group and (rank, size) != (world_rank, world_size):
+            raise RuntimeError(
+                f"nodecomm: torch rank {rank}/{size} but nodecomm world rank "
+                f"{world_rank}/{world_size} (the daemons number the ranks by node): pass "
+                "rank=nodecomm.world_rank(), world_size=nodecomm.world_size(), run under "
+                "nodecomm-launch (which sets RANK and WORLD_SIZE), or use "
+                "nodecomm.torch.init_process_group(backend='nodecomm')")
+        # A duplicate of the world, made by every rank here: the group's operations keep their
+        # own order, apart from the hook's and the array API's on the world communicator.
+        comm = _torch_backend._comm_dup(ctx.handle.value, 0)
+    else:
+        waiting = _pending_comms.get(tuple(ranks))
+        if not waiting:
+            raise RuntimeError(
+                f"nodecomm: a subgroup of ranks {ranks} needs nodecomm.torch.new_group(ranks), "
+                "called on every rank (nodecomm splits the world collectively, and "
+                "torch.distributed.new_group runs the backend only on the members)")
+        comm = waiting.pop(0)
+    return _torch_backend.ProcessGroupNodecomm(
+        ctx.handle.value, comm, rank, size, backend_opts.timeout, backend_opts.store, name,
+        options.compress or "", options.piece_bytes, options.priority)
+
+
+def new_group(ranks=None, timeout=None, pg_options=None):
+    """torch.distributed.new_group(ranks, backend="nodecomm"), for any subset of the world.
+    Every rank must call it (as with dist.new_group), in the same order: the nodecomm
+    communicator is split on all ranks first. Returns the group (GroupMember.NON_GROUP_MEMBER
+    on the others)."""
+    import torch.distributed as dist
+    if _torch_backend is None:
+        raise RuntimeError(f"nodecomm: the torch backend is not built ({_backend_import_error})")
+    _ensure_init()
+    ctx = _core._context("new_group")
+    world_size, me = ctx.size, ctx.rank
+    members = sorted(set(range(world_size) if ranks is None else ranks))
+    if members[0] < 0 or members[-1] >= world_size:
+        raise ValueError(f"nodecomm.torch.new_group: ranks {members} outside 0..{world_size - 1}")
+    if len(members) < world_size:
+        member = me in members
+        comm = _torch_backend._comm_split(ctx.handle.value, 0,
+                                          0 if member else _torch_backend.UNDEFINED,
+                                          members.index(me) if member else 0)
+        if member:
+            _pending_comms.setdefault(tuple(members), []).append(comm)
+    kwargs = {"ranks": members, "backend": "nodecomm", "pg_options": pg_options}
+    if timeout is not None:
+        import datetime
+        kwargs["timeout"] = (timeout if isinstance(timeout, datetime.timedelta)
+                             else datetime.timedelta(seconds=timeout))
+    return dist.new_group(**kwargs)
+
+
+def _shutdown_backend():
+    if _torch_backend is not None:
+        _torch_backend._shutdown()
+
+
+_core._before_finalize.append(_shutdown_backend)
+
+import torch.distributed as _dist  # noqa: E402
+
+if _dist.is_available() and "NODECOMM" not in _dist.Backend._plugins:
+    _dist.Backend.register_backend("nodecomm", _create_backend, extended_api=True)

@@ -1,10 +1,12 @@
 #include "launcher.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +56,25 @@ std::string list_text(const std::string& one, const std::string& many,
     text += fmt::format(" and {} more", items.size() - kMaxListedRanks);
   }
   return text;
+}
+
+// A TCP port free on the loopback now, for torch.distributed's env:// rendezvous (rank 0
+// listens there a moment later; another process could take it meanwhile, as with torchrun's
+// own choice).
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 29500;  // torch's default
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 }  // namespace
@@ -264,6 +285,10 @@ void Launcher::start_ranks() {
   // Like mpirun, only rank 0 gets our stdin; not a terminal, though: ranks run in background
   // process groups, where reading the terminal would stop them with SIGTTIN.
   const bool rank0_gets_stdin = ::isatty(STDIN_FILENO) == 0;
+  // torch.distributed's env:// variables (as torchrun sets them), so that
+  // init_process_group("nodecomm") needs no arguments: every simulated node is this host.
+  const std::string master_port = std::to_string(free_loopback_port());
+  const std::string world_size = std::to_string(ranks_.size());
   for (Rank& rank : ranks_) {
     const std::string local_size =
         std::to_string(opts_.ranks_per_node[static_cast<size_t>(rank.node)]);
@@ -279,6 +304,13 @@ void Launcher::start_ranks() {
         {"NODECOMM_NODES", std::to_string(opts_.nodes)},
         {"NODECOMM_WORLD_RANK_HINT", std::to_string(rank.world)},
         {"NODECOMM_BACKEND", "nodecomm"},
+        {"RANK", std::to_string(rank.world)},
+        {"WORLD_SIZE", world_size},
+        {"LOCAL_RANK", std::to_string(rank.local)},
+        {"LOCAL_WORLD_SIZE", local_size},
+        {"GROUP_RANK", std::to_string(rank.node)},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", master_port},
     };
     if (!link_rate_.empty()) env.emplace_back("NODECOMM_LINK_RATE", link_rate_);
     if (oversubscribed() && std::getenv("NODECOMM_IDLE") == nullptr) {
