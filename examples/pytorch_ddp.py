@@ -3,7 +3,14 @@
 
     nodecomm-launch --nodes 2 --ranks-per-node 2 -- /usr/bin/python3 examples/pytorch_ddp.py
     nodecomm-launch --nodes 2 --ranks-per-node 2 -- /usr/bin/python3 examples/pytorch_ddp.py \
+        --backend nodecomm                                 # plain DDP on the nodecomm backend
+    nodecomm-launch --nodes 2 --ranks-per-node 2 -- /usr/bin/python3 examples/pytorch_ddp.py \
         --reference gloo                                   # DDP's own gloo allreduce instead
+
+Three ways to nodecommd: the communication hook on a gloo process group (the default: gloo
+only carries DDP's setup traffic), plain DDP on the "nodecomm" torch.distributed backend
+(--backend nodecomm: no hook at all), or the hook on the nodecomm backend (--backend nodecomm
+--hook).
 
 Trains an MLP (10.5M parameters by default) on seeded synthetic data for --steps steps and
 prints, on rank 0, each step's time and loss and a summary line (mean step time without the
@@ -50,11 +57,19 @@ def parse_args():
                    help="gloo: DDP's default allreduce over gloo instead of the nodecomm hook; "
                         "none: no gradient exchange at all (a hook that returns each bucket "
                         "as is), the compute-only floor of the step time")
+    p.add_argument("--backend", choices=["gloo", "nodecomm"], default="gloo",
+                   help="torch.distributed backend of the process group. gloo (default): DDP's "
+                        "setup traffic only, gradients through the nodecomm hook; nodecomm: "
+                        "the nodecomm backend carries everything, plain DDP with no hook "
+                        "(--hook adds the hook on top)")
+    p.add_argument("--hook", action="store_true",
+                   help="with --backend nodecomm: register the nodecomm hook anyway")
     p.add_argument("--store", help="file for the torch.distributed file:// rendezvous "
                                    "(default: a fresh /tmp file that rank 0 picks)")
     p.add_argument("--save", help="rank 0 writes the final state_dict here (torch.save)")
     p.add_argument("--compress", choices=["none", "bf16", "f16", "int8"], default="none",
-                   help="nodecomm wire compression between nodes (default none)")
+                   help="nodecomm wire compression between nodes (default none); with "
+                        "--backend nodecomm and no hook: bf16 or f16 (the backend's Options)")
     p.add_argument("--gloo-compress", choices=["none", "fp16"], default="none",
                    help="with --reference gloo: torch's own fp16_compress_hook, so gloo moves "
                         "2-byte gradients too: the like-for-like reference for --compress bf16 "
@@ -172,13 +187,22 @@ def main():
     rank, size = nodecomm.world_rank(), nodecomm.world_size()
     store = args.store or nodecomm.torch.rendezvous_file(args.reference or "nodecomm-ddp")
 
+    backend_alone = args.backend == "nodecomm" and not args.hook and not args.reference
     if args.reference == "gloo":
+        if args.backend != "gloo":
+            sys.exit("pytorch_ddp: --reference gloo is the gloo backend (drop --backend)")
         # The whole gradient traffic goes through gloo: it must cross the (simulated) network.
         os.environ["GLOO_SOCKET_IFNAME"] = enter_node_namespace()
+        nodecomm.torch.init_process_group("gloo", path=store)
+    elif args.backend == "nodecomm":
+        # Everything through the daemon. Only the rendezvous store is TCP-free (a file).
+        options = nodecomm.torch.Options(
+            compress=args.compress if backend_alone and args.compress != "none" else None)
+        nodecomm.torch.init_process_group("nodecomm", path=store, pg_options=options)
     else:
         # Only DDP's setup traffic uses this group; it stays on this machine's loopback.
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    nodecomm.torch.init_process_group("gloo", path=store)
+        nodecomm.torch.init_process_group("gloo", path=store)
 
     # Gradients as views of the buckets: DDP skips copying them in (for every mode alike).
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
@@ -191,12 +215,16 @@ def main():
         mode += f"+{args.gloo_compress}"
     if args.reference == "none":
         ddp.register_comm_hook(None, no_exchange_hook)
+    elif backend_alone:
+        mode = "nodecomm-backend" + (f"+{args.compress}" if args.compress != "none" else "")
     elif not args.reference:
         state = nodecomm.torch.HookState(priority=args.priority, piece_mb=args.piece_mb,
                                          register=not args.no_register,
                                          compress=None if args.compress == "none"
                                          else args.compress)
         ddp.register_comm_hook(state, nodecomm.torch.allreduce_hook)
+        if args.backend == "nodecomm":
+            mode = "nodecomm-backend+hook"
         if args.compress != "none":
             mode += f"+{args.compress}"
 

@@ -382,9 +382,15 @@ class Options:
                so a 250 MB broadcast (DDP's parameter sync) fits the arena and its pieces
                pipeline. Default: NODECOMM_TORCH_PIECE_MB, else 16. 0: one operation.
     priority   the group's operations' priority (the `direct` policy sends higher first).
+    register   True: a heap tensor of 1 MB or more that is allreduced a second time (DDP's
+               gradient buckets) has its storage moved into shared memory in place and
+               registered with the daemon, which then reduces it without a copy, as the hook's
+               HookState(register=True). Tensors already in shared memory (share_memory_(),
+               alloc_tensor) are zero-copy regardless. Default: NODECOMM_TORCH_REGISTER
+               ("0" turns it off), else True.
     """
 
-    def __init__(self, compress=None, piece_mb=None, priority=0):
+    def __init__(self, compress=None, piece_mb=None, priority=0, register=None):
         env = os.environ
         if compress is None:
             compress = env.get("NODECOMM_TORCH_COMPRESS") or None
@@ -398,6 +404,9 @@ class Options:
             raise ValueError(f"nodecomm.torch.Options: piece_mb must be >= 0, not {piece_mb!r}")
         self.piece_mb = piece_mb
         self.priority = int(priority)
+        if register is None:
+            register = env.get("NODECOMM_TORCH_REGISTER", "1") not in ("0", "false", "no", "off")
+        self.register = bool(register)
 
     @property
     def piece_bytes(self):
@@ -405,7 +414,7 @@ class Options:
 
     def __repr__(self):
         return (f"nodecomm.torch.Options(compress={self.compress!r}, piece_mb={self.piece_mb}, "
-                f"priority={self.priority})")
+                f"priority={self.priority}, register={self.register})")
 
 
 # Communicators split by new_group() on every rank, waiting for dist.new_group's creator call
@@ -453,7 +462,7 @@ def _create_backend(backend_opts, pg_options=None):
     world_rank, world_size = ctx.rank, ctx.size
     rank, size = backend_opts.group_rank, backend_opts.group_size
     ranks = sorted(backend_opts.global_ranks_in_group) or list(range(size))
-    name = backend_opts.group_id or "default"
+    name = backend_opts.group_id if backend_opts.global_ranks_in_group else "default"
     if ranks == list(range(world_size)):
         if not backend_opts.global_ranks_in_group and (rank, size) != (world_rank, world_size):
             raise RuntimeError(
@@ -475,7 +484,7 @@ def _create_backend(backend_opts, pg_options=None):
         comm = waiting.pop(0)
     return _torch_backend.ProcessGroupNodecomm(
         ctx.handle.value, comm, rank, size, backend_opts.timeout, backend_opts.store, name,
-        options.compress or "", options.piece_bytes, options.priority)
+        options.compress or "", options.piece_bytes, options.priority, options.register)
 
 
 def new_group(ranks=None, timeout=None, pg_options=None):

@@ -2,6 +2,7 @@
 // calls its creator needs (nodecomm/torch.py registers the backend and makes communicators).
 #include "completer.hpp"
 #include "process_group.hpp"
+#include "shared_memory.hpp"
 
 #include <pybind11/chrono.h>
 #include <torch/python.h>
@@ -63,17 +64,20 @@ PYBIND11_MODULE(_torch_backend, m) {
       .def(py::init([](uintptr_t handle, nc_comm_t comm, int rank, int size,
                        std::chrono::milliseconds timeout,
                        const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
-                       const std::string& compress, size_t piece_bytes, int32_t priority) {
+                       const std::string& compress, size_t piece_bytes, int32_t priority,
+                       bool move_heap) {
              GroupOptions options;
              options.compress = parse_compress(compress);
              options.piece_bytes = piece_bytes;
              options.priority = priority;
+             options.move_heap = move_heap;
              return c10::make_intrusive<ProcessGroupNodecomm>(context_of(handle), comm, rank,
                                                               size, timeout, store, name, options);
            }),
            py::arg("context"), py::arg("comm"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("store"), py::arg("name"), py::arg("compress") = "",
            py::arg("piece_bytes") = size_t{16} << 20, py::arg("priority") = 0,
+           py::arg("move_heap") = true,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("comm", &ProcessGroupNodecomm::comm)
       .def_property_readonly("compress",
@@ -88,7 +92,11 @@ PYBIND11_MODULE(_torch_backend, m) {
   m.def("_comm_dup", &comm_dup, py::arg("context"), py::arg("parent"),
         py::call_guard<py::gil_scoped_release>());
   m.def(
-      "_shutdown", [] { Completer::instance().shutdown(); },
+      "_shutdown",
+      [] {
+        Completer::instance().shutdown();
+        nodecomm::torch_backend::SharedMemory::instance().forget_context();
+      },
       "Fails what is in flight and stops the completion thread (before nc_finalize)",
       py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -87,7 +87,9 @@ void Completer::run() {
         std::lock_guard<std::mutex> lock(mu_);
         retired_ += retired;
         for (const auto& work : finished) {
-          pending_.erase(std::find(pending_.begin(), pending_.end(), work));
+          // Not there if shutdown() took the pending list meanwhile.
+          const auto it = std::find(pending_.begin(), pending_.end(), work);
+          if (it != pending_.end()) pending_.erase(it);
         }
       }
       retired_cv_.notify_all();

@@ -2,6 +2,7 @@
 
 #include "completer.hpp"
 #include "plan.hpp"
+#include "shared_memory.hpp"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -290,6 +291,10 @@ void ProcessGroupNodecomm::plan_elementwise(Elementwise kind, const at::Tensor& 
   const nc_redop_t redop = kind == Elementwise::kBroadcast ? NC_SUM : to_redop(op);
   // reduce leaves non-roots' tensors as they were: nothing to copy back there.
   const bool written = kind != Elementwise::kReduce || rank_ == root;
+  if (kind == Elementwise::kAllreduce && t.is_contiguous()) {
+    // May move the storage: before its address is taken below.
+    SharedMemory::instance().prepare(ctx_, t, options_.move_heap);
+  }
   char* base = buffer(t, /*in=*/true, /*out=*/written, plan);
   const size_t elem = nc_dtype_size(wire.dtype);
   const size_t count = static_cast<size_t>(t.numel()) * wire.per_element;

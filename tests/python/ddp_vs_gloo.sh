@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Trains examples/pytorch_ddp.py on 2 nodes x 2 ranks with the same seed through the nodecomm
-# DDP hook (buckets in 1 MB pieces, and whole buckets) and with DDP's own gloo
-# allreduce, and checks that each hook run's final weights agree with gloo's
+# DDP hook (buckets in 1 MB pieces, and whole buckets), through plain DDP on the nodecomm
+# torch.distributed backend (when built; with and without the hook on top) and with DDP's own
+# gloo allreduce, and checks that each nodecomm run's final weights agree with gloo's
 # (torch.allclose, rtol 1e-5, atol 1e-6).
 #   ddp_vs_gloo.sh BIN_DIR PYTHON EXAMPLE
 set -u
@@ -11,11 +12,19 @@ trap 'rm -rf "$T"' EXIT
 # A 2.6M-parameter model in small batches: what the comparison needs is several DDP buckets
 # (4 MB cap) cut into several pieces (1 MB), not heavy compute.
 ARGS=(--steps 5 --seed 7 --batch 4 --input 512 --hidden 1024 --bucket-cap-mb 4 --lr 0.05 --quiet)
-for mode in nodecomm nodecomm-whole gloo; do
+MODES=(nodecomm nodecomm-whole gloo)
+if "$PYTHON" -c "import nodecomm.torch as t, sys; sys.exit(0 if t.backend_available() else 1)"; then
+  MODES+=(backend backend-hook)
+else
+  echo "note: the nodecomm torch backend is not built: its DDP runs are skipped"
+fi
+for mode in "${MODES[@]}"; do
   extra=()
   [ "$mode" = gloo ] && extra=(--reference gloo)
   [ "$mode" = nodecomm ] && extra=(--piece-mb 1)
   [ "$mode" = nodecomm-whole ] && extra=(--piece-mb 0)
+  [ "$mode" = backend ] && extra=(--backend nodecomm)
+  [ "$mode" = backend-hook ] && extra=(--backend nodecomm --hook --piece-mb 1)
   start=$(date +%s)
   if ! "$BIN/nodecomm-launch" --timeout 150 --nodes 2 --ranks-per-node 2 -- \
        "$PYTHON" "$EXAMPLE" "${ARGS[@]}" "${extra[@]}" --save "$T/$mode.pt" >"$T/$mode.log" 2>&1; then
@@ -24,7 +33,9 @@ for mode in nodecomm nodecomm-whole gloo; do
   grep '^summary:' "$T/$mode.log"
   echo "$mode run: $(( $(date +%s) - start )) s"
 done
-"$PYTHON" - "$T/gloo.pt" "$T/nodecomm.pt" "$T/nodecomm-whole.pt" <<'PY'
+others=()
+for mode in "${MODES[@]}"; do [ "$mode" = gloo ] || others+=("$T/$mode.pt"); done
+"$PYTHON" - "$T/gloo.pt" "${others[@]}" <<'PY'
 import sys
 import torch
 from nodecomm.torch import HookState
