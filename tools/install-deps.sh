@@ -18,6 +18,7 @@ PACKAGES=(
   systemd
   clang libclang-rt-dev
   python3-numpy python3-torch
+  libtorch-dev pybind11-dev python3-dev  # the torch.distributed backend (python/torch_backend)
 )
 
 missing=()

@@ -1,14 +1,14 @@
 // The Python module nodecomm._torch_backend: the process group class, and the few context
 // calls its creator needs (nodecomm/torch.py registers the backend and makes communicators).
-#include "completer.hpp"
-#include "process_group.hpp"
-#include "shared_memory.hpp"
-
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
 #include <cstdint>
 #include <string>
+
+#include "completer.hpp"
+#include "process_group.hpp"
+#include "shared_memory.hpp"
 
 namespace py = pybind11;
 using nodecomm::torch_backend::Completer;
@@ -21,17 +21,19 @@ namespace {
 // process, shared by the hook, the array API and this backend.
 nc_context_t* context_of(uintptr_t handle) {
   TORCH_CHECK(handle != 0, "nodecomm: not initialized (call nodecomm.init() first)");
-  return reinterpret_cast<nc_context_t*>(handle);
+  // An address is what ctypes hands over; nothing else can carry the pointer.
+  return reinterpret_cast<nc_context_t*>(handle);  // NOLINT(performance-no-int-to-ptr)
 }
 
 nc_compress_t parse_compress(const std::string& name) {
   if (name.empty() || name == "none") return NC_COMPRESS_NONE;
   nc_compress_t c = NC_COMPRESS_NONE;
-  TORCH_CHECK(nc_compress_parse(name.c_str(), &c) == NC_OK, "nodecomm: unknown compression '",
-              name, "' (none, bf16, f16)");
+  TORCH_CHECK(nc_compress_parse(name.c_str(), &c) == NC_OK, "nodecomm: unknown compression '", name,
+              "' (none, bf16, f16)");
   // int8 keeps an error-feedback residual per tensor name; the backend cannot tell DDP's
   // buckets apart, so the hook (which names each bucket) is the way to use it.
-  TORCH_CHECK(c != NC_COMPRESS_INT8, "nodecomm: int8 compression needs a name per tensor; "
+  TORCH_CHECK(c != NC_COMPRESS_INT8,
+              "nodecomm: int8 compression needs a name per tensor; "
               "use nodecomm.torch.allreduce_hook with HookState(compress='int8')");
   return c;
 }
@@ -71,21 +73,20 @@ PYBIND11_MODULE(_torch_backend, m) {
              options.piece_bytes = piece_bytes;
              options.priority = priority;
              options.move_heap = move_heap;
-             return c10::make_intrusive<ProcessGroupNodecomm>(context_of(handle), comm, rank,
-                                                              size, timeout, store, name, options);
+             return c10::make_intrusive<ProcessGroupNodecomm>(context_of(handle), comm, rank, size,
+                                                              timeout, store, name, options);
            }),
            py::arg("context"), py::arg("comm"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("store"), py::arg("name"), py::arg("compress") = "",
            py::arg("piece_bytes") = size_t{16} << 20, py::arg("priority") = 0,
-           py::arg("move_heap") = true,
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("move_heap") = true, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("comm", &ProcessGroupNodecomm::comm)
       .def_property_readonly("compress",
                              [](const ProcessGroupNodecomm& pg) {
                                return std::string(nc_compress_name(pg.options().compress));
                              })
-      .def_property_readonly("piece_bytes",
-                             [](const ProcessGroupNodecomm& pg) { return pg.options().piece_bytes; });
+      .def_property_readonly(
+          "piece_bytes", [](const ProcessGroupNodecomm& pg) { return pg.options().piece_bytes; });
 
   m.def("_comm_split", &comm_split, py::arg("context"), py::arg("parent"), py::arg("color"),
         py::arg("key"), py::call_guard<py::gil_scoped_release>());

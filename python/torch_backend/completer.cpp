@@ -28,8 +28,9 @@ void Completer::attach(nc_context_t* ctx) {
 
 nc_context_t* Completer::context() {
   std::lock_guard<std::mutex> lock(ctx_mu_);
-  TORCH_CHECK(ctx_ != nullptr, "nodecomm is finalized (or not initialized): the process "
-                               "group cannot post");
+  TORCH_CHECK(ctx_ != nullptr,
+              "nodecomm is finalized (or not initialized): the process "
+              "group cannot post");
   return ctx_;
 }
 
@@ -109,8 +110,7 @@ void Completer::run() {
 }
 
 at::Tensor Completer::arena_empty(int64_t numel, c10::ScalarType dtype) {
-  const size_t bytes =
-      std::max<size_t>(1, static_cast<size_t>(numel) * c10::elementSize(dtype));
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * c10::elementSize(dtype));
   nc_context_t* ctx = nullptr;
   void* ptr = nullptr;
   {

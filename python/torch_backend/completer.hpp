@@ -5,14 +5,14 @@
 // when nodecomm.finalize() comes (which must not race with any other call on the context).
 #pragma once
 
-#include "work.hpp"
-
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "work.hpp"
 
 namespace nodecomm::torch_backend {
 
@@ -47,7 +47,7 @@ class Completer {
  private:
   void run();
 
-  std::mutex mu_;  // pending_, retired_, stopping_, thread_
+  std::mutex mu_;                       // pending_, retired_, stopping_, thread_
   std::condition_variable work_cv_;     // work added, or shutdown
   std::condition_variable retired_cv_;  // a request retired
   std::vector<c10::intrusive_ptr<NodecommWork>> pending_;

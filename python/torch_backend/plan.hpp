@@ -38,8 +38,8 @@ inline std::vector<size_t> displacements(const std::vector<size_t>& counts) {
 
 // torch's all_to_all_single split sizes (rows of dim 0; empty = equal rows per rank) as
 // element counts per rank. `rows` is the tensor's size(0), `row_elems` its elements per row.
-inline std::vector<size_t> split_counts(const std::vector<int64_t>& splits, int size,
-                                        int64_t rows, size_t row_elems, const char* what) {
+inline std::vector<size_t> split_counts(const std::vector<int64_t>& splits, int size, int64_t rows,
+                                        size_t row_elems, const char* what) {
   std::vector<size_t> counts(static_cast<size_t>(size));
   if (splits.empty()) {
     if (rows % size != 0) {

@@ -1,15 +1,15 @@
 #include "process_group.hpp"
 
-#include "completer.hpp"
-#include "plan.hpp"
-#include "shared_memory.hpp"
-
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+
+#include "completer.hpp"
+#include "plan.hpp"
+#include "shared_memory.hpp"
 
 namespace nodecomm::torch_backend {
 
@@ -20,15 +20,24 @@ using namespace std::chrono_literals;
 
 std::optional<nc_dtype_t> native_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return NC_F32;
-    case at::kDouble: return NC_F64;
-    case at::kInt: return NC_I32;
-    case at::kLong: return NC_I64;
-    case at::kHalf: return NC_F16;
-    case at::kBFloat16: return NC_BF16;
-    case at::kChar: return NC_I8;
-    case at::kByte: return NC_U8;
-    default: return std::nullopt;
+    case at::kFloat:
+      return NC_F32;
+    case at::kDouble:
+      return NC_F64;
+    case at::kInt:
+      return NC_I32;
+    case at::kLong:
+      return NC_I64;
+    case at::kHalf:
+      return NC_F16;
+    case at::kBFloat16:
+      return NC_BF16;
+    case at::kChar:
+      return NC_I8;
+    case at::kByte:
+      return NC_U8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -46,26 +55,41 @@ Wire move_wire(at::ScalarType t) {
 
 const char* op_name(const ReduceOp& op) {
   switch (op.op_) {
-    case ReduceOp::SUM: return "sum";
-    case ReduceOp::AVG: return "avg";
-    case ReduceOp::PRODUCT: return "product";
-    case ReduceOp::MIN: return "min";
-    case ReduceOp::MAX: return "max";
-    case ReduceOp::BAND: return "band";
-    case ReduceOp::BOR: return "bor";
-    case ReduceOp::BXOR: return "bxor";
-    case ReduceOp::PREMUL_SUM: return "premul_sum";
-    default: return "unknown";
+    case ReduceOp::SUM:
+      return "sum";
+    case ReduceOp::AVG:
+      return "avg";
+    case ReduceOp::PRODUCT:
+      return "product";
+    case ReduceOp::MIN:
+      return "min";
+    case ReduceOp::MAX:
+      return "max";
+    case ReduceOp::BAND:
+      return "band";
+    case ReduceOp::BOR:
+      return "bor";
+    case ReduceOp::BXOR:
+      return "bxor";
+    case ReduceOp::PREMUL_SUM:
+      return "premul_sum";
+    default:
+      return "unknown";
   }
 }
 
 nc_redop_t to_redop(const ReduceOp& op) {
   switch (op.op_) {
-    case ReduceOp::SUM: return NC_SUM;
-    case ReduceOp::AVG: return NC_AVG;
-    case ReduceOp::PRODUCT: return NC_PROD;
-    case ReduceOp::MIN: return NC_MIN;
-    case ReduceOp::MAX: return NC_MAX;
+    case ReduceOp::SUM:
+      return NC_SUM;
+    case ReduceOp::AVG:
+      return NC_AVG;
+    case ReduceOp::PRODUCT:
+      return NC_PROD;
+    case ReduceOp::MIN:
+      return NC_MIN;
+    case ReduceOp::MAX:
+      return NC_MAX;
     default:
       TORCH_CHECK(false, "nodecomm: ReduceOp ", op_name(op),
                   " is not supported (sum, product, min, max, avg)");
@@ -119,7 +143,9 @@ void check_root(int root, int size, const char* what) {
               " is not a rank of this group (0..", size - 1, ")");
 }
 
-char* bytes_of(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+char* bytes_of(const at::Tensor& t) {
+  return static_cast<char*>(t.data_ptr());
+}
 
 bool overlap(const char* a, size_t a_bytes, const char* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && a < b + b_bytes && b < a + a_bytes;
@@ -198,8 +224,8 @@ std::string shape_text(const at::Tensor& t, const std::string& extra = {}) {
 
 ProcessGroupNodecomm::ProcessGroupNodecomm(nc_context_t* ctx, nc_comm_t comm, int rank, int size,
                                            std::chrono::milliseconds timeout,
-                                           c10::intrusive_ptr<c10d::Store> store,
-                                           std::string name, GroupOptions options)
+                                           c10::intrusive_ptr<c10d::Store> store, std::string name,
+                                           GroupOptions options)
     : c10d::ProcessGroup(rank, size),
       ctx_(ctx),
       comm_(comm),
@@ -213,8 +239,10 @@ ProcessGroupNodecomm::ProcessGroupNodecomm(nc_context_t* ctx, nc_comm_t comm, in
                   nc_comm_size(ctx_, comm_, &comm_size) == NC_OK,
               "nodecomm: group '", name_, "': communicator ", comm_, ": ", nc_last_error());
   TORCH_CHECK(comm_rank == rank && comm_size == size, "nodecomm: group '", name_,
-              "': torch says rank ", rank, "/", size, " but nodecomm's communicator has this "
-              "process as rank ", comm_rank, "/", comm_size,
+              "': torch says rank ", rank, "/", size,
+              " but nodecomm's communicator has this "
+              "process as rank ",
+              comm_rank, "/", comm_size,
               " (for the default group pass rank=nodecomm.world_rank(), "
               "world_size=nodecomm.world_size(), or use nodecomm.torch.init_process_group)");
   Completer::instance().attach(ctx_);
@@ -225,12 +253,9 @@ std::chrono::milliseconds ProcessGroupNodecomm::timeout_for(
   return requested == c10d::kUnsetTimeout ? timeout_ : requested;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::submit(c10d::OpType type,
-                                                            const std::string& op,
-                                                            const std::string& detail,
-                                                            std::vector<at::Tensor> value,
-                                                            Plan plan,
-                                                            std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::submit(
+    c10d::OpType type, const std::string& op, const std::string& detail,
+    std::vector<at::Tensor> value, Plan plan, std::chrono::milliseconds timeout) {
   auto& completer = Completer::instance();
   const std::string what =
       fmt::format("rank {}/{}: {} of {} on group '{}'", rank_, size_, op, detail, name_);
@@ -259,21 +284,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::submit(c10d::OpType type,
       // Both refusals come before the operation takes a sequence number, so posting again
       // once earlier operations have retired keeps every rank in step.
       const bool ours_in_flight = work->requests_posted() > 0 || completer.in_flight() > 1;
-      const bool retry = status == NC_ERR_QUEUE_FULL ||
-                         (status == NC_ERR_NO_MEMORY && ours_in_flight);
+      const bool retry =
+          status == NC_ERR_QUEUE_FULL || (status == NC_ERR_NO_MEMORY && ours_in_flight);
       if (retry && Clock::now() < deadline) {
         completer.wait_for_retirement(std::min(deadline, Clock::now() + 50ms));
         continue;
       }
-      std::string message = fmt::format("nodecomm: {}: {} ({}): {}", what,
-                                        nc_status_string(status), static_cast<int>(status),
-                                        nc_last_error());
+      std::string message = fmt::format("nodecomm: {}: {} ({}): {}", what, nc_status_string(status),
+                                        static_cast<int>(status), nc_last_error());
       if (plan.posts.size() > 1) {
         message += fmt::format(" (piece {} of {})", i + 1, plan.posts.size());
       }
       if (status == NC_ERR_NO_MEMORY) {
-        message += "; raise the arena (NODECOMM_ARENA_BYTES) or put the tensor in shared "
-                   "memory (nodecomm.torch.register_tensor / nodecomm.alloc_tensor)";
+        message +=
+            "; raise the arena (NODECOMM_ARENA_BYTES) or put the tensor in shared "
+            "memory (nodecomm.torch.register_tensor / nodecomm.alloc_tensor)";
       }
       if (i > 0) message += "; earlier pieces were posted, so the group is out of step";
       work->posting_done(message);
@@ -285,9 +310,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::submit(c10d::OpType type,
 }
 
 void ProcessGroupNodecomm::plan_elementwise(Elementwise kind, const at::Tensor& t,
-                                            c10d::ReduceOp op, int root, Plan& plan) {
-  const Wire wire =
-      kind == Elementwise::kBroadcast ? move_wire(t.scalar_type()) : reduce_wire(t.scalar_type(), op);
+                                            const c10d::ReduceOp& op, int root, Plan& plan) {
+  const Wire wire = kind == Elementwise::kBroadcast ? move_wire(t.scalar_type())
+                                                    : reduce_wire(t.scalar_type(), op);
   const nc_redop_t redop = kind == Elementwise::kBroadcast ? NC_SUM : to_redop(op);
   // reduce leaves non-roots' tensors as they were: nothing to copy back there.
   const bool written = kind != Elementwise::kReduce || rank_ == root;
@@ -327,8 +352,8 @@ void ProcessGroupNodecomm::plan_elementwise(Elementwise kind, const at::Tensor& 
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::allreduce(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
   const auto& t = single(tensors, "allreduce");
   Plan plan;
   plan_elementwise(Elementwise::kAllreduce, t, opts.reduceOp, 0, plan);
@@ -347,14 +372,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::allreduce_coalesced(
     plan_elementwise(Elementwise::kAllreduce, t, opts.reduceOp, 0, plan);
     total += t.numel();
   }
-  return submit(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
-                fmt::format("({} tensors, {} elements, {})", tensors.size(), total,
-                            op_name(opts.reduceOp)),
-                tensors, std::move(plan), timeout_for(opts.timeout));
+  return submit(
+      c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
+      fmt::format("({} tensors, {} elements, {})", tensors.size(), total, op_name(opts.reduceOp)),
+      tensors, std::move(plan), timeout_for(opts.timeout));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::broadcast(
-    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
   const auto& t = single(tensors, "broadcast");
   TORCH_CHECK(opts.rootTensor == 0, "nodecomm: broadcast: rootTensor must be 0");
   check_root(static_cast<int>(opts.rootRank), size_, "broadcast");
@@ -381,9 +406,10 @@ void ProcessGroupNodecomm::plan_allgather(const std::vector<at::Tensor>& outputs
                                           const at::Tensor& input, Plan& plan) {
   check_tensor(input, "allgather");
   check_list(outputs, static_cast<size_t>(size_), input, "allgather output list");
-  TORCH_CHECK(outputs[static_cast<size_t>(rank_)].numel() == input.numel(), "nodecomm: "
-              "allgather: this rank's output has ", outputs[static_cast<size_t>(rank_)].numel(),
-              " elements, its input ", input.numel());
+  TORCH_CHECK(outputs[static_cast<size_t>(rank_)].numel() == input.numel(),
+              "nodecomm: "
+              "allgather: this rank's output has ",
+              outputs[static_cast<size_t>(rank_)].numel(), " elements, its input ", input.numel());
   const Wire wire = move_wire(input.scalar_type());
   const bool equal = std::all_of(outputs.begin(), outputs.end(),
                                  [&](const at::Tensor& o) { return o.numel() == input.numel(); });
@@ -406,6 +432,7 @@ void ProcessGroupNodecomm::plan_allgather(const std::vector<at::Tensor>& outputs
     return;
   }
   std::vector<size_t> counts;
+  counts.reserve(outputs.size());
   for (const auto& o : outputs) counts.push_back(static_cast<size_t>(o.numel()) * wire.per_element);
   plan.posts.emplace_back([this, send, recv, n, dt, counts, displs = displacements(counts)](
                               const nc_op_attr_t* a, nc_request_t* r) {
@@ -435,9 +462,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::_allgather_base(
               output.numel(), " elements, expected ", size_, " x ", input.numel());
   Plan plan;
   // The output seen as one block per rank: the same path as the list form.
-  at::Tensor flat = output.is_contiguous() ? output.view(-1) : stage(output.numel(), output.scalar_type());
+  at::Tensor flat =
+      output.is_contiguous() ? output.view(-1) : stage(output.numel(), output.scalar_type());
   std::vector<at::Tensor> blocks;
-  for (int r = 0; r < size_; ++r) blocks.push_back(flat.narrow(0, r * input.numel(), input.numel()));
+  blocks.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r)
+    blocks.push_back(flat.narrow(0, r * input.numel(), input.numel()));
   plan_allgather(blocks, input, plan);
   if (!output.is_contiguous()) {
     plan.keep.push_back(flat);
@@ -450,16 +480,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::_allgather_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(output_lists.size() == static_cast<size_t>(size_), "nodecomm: "
-              "allgather_coalesced needs one output list per rank (", size_, "), got ",
-              output_lists.size());
+  TORCH_CHECK(output_lists.size() == static_cast<size_t>(size_),
+              "nodecomm: "
+              "allgather_coalesced needs one output list per rank (",
+              size_, "), got ", output_lists.size());
   Plan plan;
   std::vector<at::Tensor> value;
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<at::Tensor> outputs;
     for (const auto& list : output_lists) {
-      TORCH_CHECK(list.size() == inputs.size(), "nodecomm: allgather_coalesced: an output "
-                  "list has ", list.size(), " tensors for ", inputs.size(), " inputs");
+      TORCH_CHECK(list.size() == inputs.size(),
+                  "nodecomm: allgather_coalesced: an output "
+                  "list has ",
+                  list.size(), " tensors for ", inputs.size(), " inputs");
       outputs.push_back(list[i]);
     }
     plan_allgather(outputs, inputs[i], plan);
@@ -548,8 +581,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::scatter(
 namespace {
 // reduce_scatter's one post, shared by the list and the flat form: `send` holds size blocks
 // of `output`'s element count.
-void plan_reduce_scatter_post(Plan& plan, nc_context_t* ctx, nc_comm_t comm, char* send,
-                              char* recv, size_t n, Wire wire, nc_redop_t redop) {
+void plan_reduce_scatter_post(Plan& plan, nc_context_t* ctx, nc_comm_t comm, char* send, char* recv,
+                              size_t n, Wire wire, nc_redop_t redop) {
   plan.posts.emplace_back([=](const nc_op_attr_t* a, nc_request_t* r) {
     return nc_reduce_scatter(ctx, send, recv, n, wire.dtype, redop, comm, a, r);
   });
@@ -586,10 +619,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_tensor(input, "_reduce_scatter_base");
   check_tensor(output, "_reduce_scatter_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "nodecomm: _reduce_scatter_base: "
-              "output ", output.scalar_type(), ", input ", input.scalar_type());
-  TORCH_CHECK(input.numel() == output.numel() * size_, "nodecomm: _reduce_scatter_base: input "
-              "has ", input.numel(), " elements, expected ", size_, " x ", output.numel());
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "nodecomm: _reduce_scatter_base: "
+              "output ",
+              output.scalar_type(), ", input ", input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * size_,
+              "nodecomm: _reduce_scatter_base: input "
+              "has ",
+              input.numel(), " elements, expected ", size_, " x ", output.numel());
   const Wire wire = reduce_wire(output.scalar_type(), opts.reduceOp);
   const size_t n = static_cast<size_t>(output.numel()) * wire.per_element;
   Plan plan;
@@ -618,8 +655,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall_base(
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
   check_tensor(input, "alltoall_base");
   check_tensor(output, "alltoall_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "nodecomm: all_to_all_single: "
-              "output ", output.scalar_type(), ", input ", input.scalar_type());
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(),
+              "nodecomm: all_to_all_single: "
+              "output ",
+              output.scalar_type(), ", input ", input.scalar_type());
   TORCH_CHECK(input.dim() > 0 && output.dim() > 0,
               "nodecomm: all_to_all_single needs tensors with at least one dimension");
   const Wire wire = move_wire(input.scalar_type());
@@ -651,13 +690,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall_base(
       return nc_alltoall(ctx_, send, recv, n, dt, comm_, a, r);
     });
   } else {
-    plan.posts.emplace_back([this, send, recv, dt, send_counts, recv_counts,
-                             send_displs = displacements(send_counts),
-                             recv_displs = displacements(recv_counts)](const nc_op_attr_t* a,
-                                                                       nc_request_t* r) {
-      return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
-                          recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
-    });
+    plan.posts.emplace_back(
+        [this, send, recv, dt, send_counts, recv_counts, send_displs = displacements(send_counts),
+         recv_displs = displacements(recv_counts)](const nc_op_attr_t* a, nc_request_t* r) {
+          return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
+                              recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
+        });
   }
   return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", shape_text(input), {output},
                 std::move(plan), timeout_for(opts.timeout));
@@ -672,8 +710,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall(std::vector<at::Te
   const Wire wire = move_wire(inputs[0].scalar_type());
   std::vector<size_t> send_counts;
   std::vector<size_t> recv_counts;
-  for (const auto& t : inputs) send_counts.push_back(static_cast<size_t>(t.numel()) * wire.per_element);
-  for (const auto& t : outputs) recv_counts.push_back(static_cast<size_t>(t.numel()) * wire.per_element);
+  send_counts.reserve(inputs.size());
+  recv_counts.reserve(outputs.size());
+  for (const auto& t : inputs)
+    send_counts.push_back(static_cast<size_t>(t.numel()) * wire.per_element);
+  for (const auto& t : outputs)
+    recv_counts.push_back(static_cast<size_t>(t.numel()) * wire.per_element);
   Plan plan;
   char* recv = list_buffer(outputs, false, true, plan);
   char* send = list_buffer(inputs, true, false, plan);
@@ -681,23 +723,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall(std::vector<at::Te
     send = list_buffer(inputs, true, false, plan, /*force_stage=*/true);
   }
   const nc_dtype_t dt = wire.dtype;
-  plan.posts.emplace_back([this, send, recv, dt, send_counts, recv_counts,
-                           send_displs = displacements(send_counts),
-                           recv_displs = displacements(recv_counts)](const nc_op_attr_t* a,
-                                                                     nc_request_t* r) {
-    return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
-                        recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
-  });
-  return submit(c10d::OpType::ALLTOALL, "all_to_all",
-                fmt::format("({} tensors of {})", inputs.size(), c10::toString(inputs[0].scalar_type())),
-                outputs, std::move(plan), timeout_for(opts.timeout));
+  plan.posts.emplace_back(
+      [this, send, recv, dt, send_counts, recv_counts, send_displs = displacements(send_counts),
+       recv_displs = displacements(recv_counts)](const nc_op_attr_t* a, nc_request_t* r) {
+        return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
+                            recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
+      });
+  return submit(
+      c10d::OpType::ALLTOALL, "all_to_all",
+      fmt::format("({} tensors of {})", inputs.size(), c10::toString(inputs[0].scalar_type())),
+      outputs, std::move(plan), timeout_for(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::barrier(const c10d::BarrierOptions& opts) {
   Plan plan;
-  plan.posts.emplace_back([this](const nc_op_attr_t* a, nc_request_t* r) {
-    return nc_barrier(ctx_, comm_, a, r);
-  });
+  plan.posts.emplace_back(
+      [this](const nc_op_attr_t* a, nc_request_t* r) { return nc_barrier(ctx_, comm_, a, r); });
   return submit(c10d::OpType::BARRIER, "barrier", "()", {}, std::move(plan),
                 timeout_for(opts.timeout));
 }
@@ -705,8 +746,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::barrier(const c10d::Barrier
 // As gloo's: through the store, so that rank 0 can name the ranks that did not arrive
 // (a nodecomm barrier only knows that it did not complete); then a nodecomm barrier, so the
 // group's operations are fenced as well.
-void ProcessGroupNodecomm::monitoredBarrier(const c10d::BarrierOptions& opts,
-                                            bool wait_all_ranks) {
+void ProcessGroupNodecomm::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
   const auto timeout = timeout_for(opts.timeout);
   const std::string base = fmt::format("nodecomm/monitored_barrier/{}/", monitored_barriers_++);
   const std::string where =
@@ -723,9 +763,9 @@ void ProcessGroupNodecomm::monitoredBarrier(const c10d::BarrierOptions& opts,
     const auto deadline = Clock::now() + timeout;
     std::vector<int> missing;
     for (int r = 1; r < size_; ++r) {
-      const auto left = std::max(std::chrono::milliseconds(1),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     deadline - Clock::now()));
+      const auto left =
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       try {
         store_->wait({base + std::to_string(r)}, left);
       } catch (const std::exception&) {
@@ -733,9 +773,9 @@ void ProcessGroupNodecomm::monitoredBarrier(const c10d::BarrierOptions& opts,
         if (!wait_all_ranks) break;
       }
     }
-    TORCH_CHECK(missing.empty(), "nodecomm: ", where, ": rank",
-                missing.size() > 1 ? "s " : " ", fmt::format("{}", fmt::join(missing, ", ")),
-                " did not reach the barrier within ", timeout.count(), " ms");
+    TORCH_CHECK(missing.empty(), "nodecomm: ", where, ": rank", missing.size() > 1 ? "s " : " ",
+                fmt::format("{}", fmt::join(missing, ", ")), " did not reach the barrier within ",
+                timeout.count(), " ms");
     store_->set(base + "done", {1});
   }
   c10d::BarrierOptions fence;

@@ -4,16 +4,15 @@
 // backward with the daemon's work exactly as with the communication hook.
 #pragma once
 
-#include "work.hpp"
-
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
+
+#include "work.hpp"
 
 namespace nodecomm::torch_backend {
 
@@ -90,11 +89,10 @@ class ProcessGroupNodecomm final : public c10d::ProcessGroup {
   std::chrono::milliseconds timeout_for(std::chrono::milliseconds requested) const;
   enum class Elementwise { kAllreduce, kBroadcast, kReduce };
   // allreduce / broadcast / reduce of one tensor, in place, in pieces, appended to `plan`.
-  void plan_elementwise(Elementwise kind, const at::Tensor& t, c10d::ReduceOp op, int root,
+  void plan_elementwise(Elementwise kind, const at::Tensor& t, const c10d::ReduceOp& op, int root,
                         Plan& plan);
   // Every rank's `input` into `outputs` (one tensor per rank), appended to `plan`.
-  void plan_allgather(const std::vector<at::Tensor>& outputs, const at::Tensor& input,
-                      Plan& plan);
+  void plan_allgather(const std::vector<at::Tensor>& outputs, const at::Tensor& input, Plan& plan);
 
   nc_context_t* const ctx_;
   const nc_comm_t comm_;

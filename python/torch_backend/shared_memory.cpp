@@ -23,11 +23,12 @@ SharedMemory::Region* SharedMemory::find(uintptr_t base, size_t bytes) {
 }
 
 bool SharedMemory::register_region(nc_context_t* ctx, Region& region) {
-  if (nc_register_fd(ctx, region.fd, 0, region.bytes, reinterpret_cast<void*>(region.base)) !=
-      NC_OK) {
+  if (nc_register_fd(ctx, region.fd, 0, region.bytes, region.address) != NC_OK) {
     refused_ = nc_last_error();
-    TORCH_WARN("nodecomm: tensors go through staging copies from now on: the daemon refused to "
-               "register ", region.bytes, " bytes of shared memory: ", refused_);
+    TORCH_WARN(
+        "nodecomm: tensors go through staging copies from now on: the daemon refused to "
+        "register ",
+        region.bytes, " bytes of shared memory: ", refused_);
     return false;
   }
   region.registered = true;
@@ -54,7 +55,7 @@ void SharedMemory::prepare(nc_context_t* ctx, const at::Tensor& t, bool move_hea
     if (mapped->fd() < 0 || mapped->data() != storage.data()) return;
     const int fd = ::dup(mapped->fd());
     if (fd < 0) return;
-    regions_.push_back({base, static_cast<size_t>(mapped->size()), fd, false});
+    regions_.push_back({mapped->data(), base, static_cast<size_t>(mapped->size()), fd, false});
     register_region(ctx, regions_.back());
     return;
   }
@@ -65,7 +66,8 @@ void SharedMemory::move_to_shared(nc_context_t* ctx, const at::Tensor& t) {
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   sightings_.erase(impl);
   const size_t bytes = impl->nbytes();
-  const int fd = ::memfd_create("nodecomm-torch-storage", MFD_CLOEXEC);
+  // Sealable: the daemon seals it against shrinking (F_SEAL_SHRINK), so it can never fault.
+  const int fd = ::memfd_create("nodecomm-torch-storage", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return;
   void* p = MAP_FAILED;
   if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
@@ -75,7 +77,7 @@ void SharedMemory::move_to_shared(nc_context_t* ctx, const at::Tensor& t) {
     ::close(fd);
     return;
   }
-  Region region{reinterpret_cast<uintptr_t>(p), bytes, fd, false};
+  Region region{p, reinterpret_cast<uintptr_t>(p), bytes, fd, false};
   if (!register_region(ctx, region)) {
     ::munmap(p, bytes);
     ::close(fd);
@@ -84,7 +86,8 @@ void SharedMemory::move_to_shared(nc_context_t* ctx, const at::Tensor& t) {
   std::memcpy(p, impl->data(), bytes);
   // As Tensor.share_memory_() does: every view of the storage follows. The mapping is never
   // unmapped (see the header), so the deleter has nothing to do.
-  impl->set_data_ptr_noswap(at::DataPtr(p, p, [](void*) {}, at::Device(at::kCPU)));
+  impl->set_data_ptr_noswap(at::DataPtr(
+      p, p, [](void*) {}, at::Device(at::kCPU)));
   regions_.push_back(region);
 }
 

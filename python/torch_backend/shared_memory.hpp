@@ -7,9 +7,8 @@
 // pages, and reusing the addresses for other memory would make it think that memory is shared.
 #pragma once
 
-#include <nodecomm.h>
-
 #include <ATen/core/Tensor.h>
+#include <nodecomm.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +36,8 @@ class SharedMemory {
 
  private:
   struct Region {
-    uintptr_t base;
+    void* address;
+    uintptr_t base;  // address, for range comparisons
     size_t bytes;
     int fd;  // ours (moved heap storages) stay open, to register again after a re-init
     bool registered;

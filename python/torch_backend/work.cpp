@@ -1,10 +1,10 @@
 #include "work.hpp"
 
-#include "completer.hpp"
-
 #include <fmt/format.h>
 
 #include <stdexcept>
+
+#include "completer.hpp"
 
 namespace nodecomm::torch_backend {
 
@@ -16,8 +16,9 @@ NodecommWork::NodecommWork(c10d::OpType type, int rank, std::string what,
       timeout_(timeout),
       deadline_(Clock::now() + timeout),
       // DDP reads an allreduce future's value with toTensorVector(): a List[Tensor].
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 bool NodecommWork::isCompleted() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -34,9 +35,13 @@ std::exception_ptr NodecommWork::exception() const {
   return exception_;
 }
 
-std::vector<at::Tensor> NodecommWork::result() { return value_; }
+std::vector<at::Tensor> NodecommWork::result() {
+  return value_;
+}
 
-c10::intrusive_ptr<c10::ivalue::Future> NodecommWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> NodecommWork::getFuture() {
+  return future_;
+}
 
 bool NodecommWork::wait(std::chrono::milliseconds timeout) {
   Completer::instance().waiter(1);
@@ -117,9 +122,10 @@ NodecommWork::Progress NodecommWork::poll(nc_context_t* ctx, Clock::time_point n
     // they retire, because the daemon may still write into them.
     complete(error_);
   } else if (now > deadline_ && !marked_.load(std::memory_order_acquire)) {
-    complete(fmt::format("nodecomm: {}: timed out: not complete after {} ms (the process "
-                         "group's timeout); its ranks are out of step now, stop the job",
-                         what_, timeout_.count()));
+    complete(
+        fmt::format("nodecomm: {}: timed out: not complete after {} ms (the process "
+                    "group's timeout); its ranks are out of step now, stop the job",
+                    what_, timeout_.count()));
   }
   return progress;
 }

@@ -4,16 +4,15 @@
 // nc_test that completes it, so no second thread may touch it).
 #pragma once
 
-#include <nodecomm.h>
-
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <nodecomm.h>
 
 #include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 namespace nodecomm::torch_backend {
@@ -75,8 +74,8 @@ class NodecommWork final : public c10d::Work {
   bool posting_done_ = false;
   std::string post_error_;
 
-  std::string error_;                 // completer thread only: the first failure
-  std::atomic<bool> marked_{false};   // complete() ran
+  std::string error_;                // completer thread only: the first failure
+  std::atomic<bool> marked_{false};  // complete() ran
   friend class Completer;
 };
 

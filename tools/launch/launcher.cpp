@@ -1,8 +1,8 @@
 #include "launcher.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
