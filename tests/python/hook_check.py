@@ -168,6 +168,32 @@ def main():
 
     _core.allreduce = real_allreduce
     _core._ctx = None
+
+    # The torch.distributed backend's Python side, without a daemon: registered once, its
+    # options validated, and a clear error where the extension is missing.
+    import importlib
+    import torch.distributed as dist
+    check(dist.Backend._plugins.get("NODECOMM") is not None, "importing nodecomm.torch "
+          "registers the backend 'nodecomm'")
+    importlib.reload(nct)  # a second import must not register again (torch would assert)
+    check(dist.Backend("nodecomm") == "nodecomm", "Backend('nodecomm') resolves")
+    for bad in ({"compress": "int8"}, {"compress": "zip"}, {"piece_mb": -1}):
+        try:
+            nct.Options(**bad)
+            check(False, f"Options({bad}) is refused")
+        except ValueError:
+            check(True, f"Options({bad}) is refused")
+    options = nct._options({"compress": "bf16", "piece_mb": 2})
+    check(options.compress == "bf16" and options.piece_bytes == 2_000_000,
+          "pg_options as a dict")
+    saved = nct._torch_backend
+    nct._torch_backend = None
+    try:
+        nct._create_backend(None)
+        check(False, "the creator without the extension raises")
+    except RuntimeError as e:
+        check("libtorch-dev" in str(e), "the creator without the extension names what to install")
+    nct._torch_backend = saved
     print(f"hook_check: {failures} failure(s)")
     return 1 if failures else 0
 

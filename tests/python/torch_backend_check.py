@@ -410,6 +410,13 @@ if len(libs) != 1:
     FAILURES.append(f"rank {RANK}: libnodecomm mapped {len(libs)} times: {libs}")
 
 # ---- errors ---------------------------------------------------------------------------------------
+class OtherRank:  # what the creator gets when torch's rank is not nodecomm's
+    store, timeout, group_id, global_ranks_in_group = None, TIMEOUT, "", []
+    group_rank, group_size = (RANK + 1) % SIZE, SIZE
+
+
+expect_error("torch rank != nodecomm rank", lambda: nct._create_backend(OtherRank()),
+             f"torch rank {(RANK + 1) % SIZE}/{SIZE}", f"nodecomm world rank {RANK}/{SIZE}")
 expect_error("band", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
                                              op=dist.ReduceOp.BAND), "band", "not supported")
 expect_error("int avg", lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
