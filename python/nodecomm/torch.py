@@ -424,19 +424,25 @@ _pending_comms = {}
 
 def _ensure_init():
     """nodecomm.init() from the environment, unless the program already called it. Under
-    torchrun (NODECOMM_LOCAL_RANK unset) torch's LOCAL_RANK/LOCAL_WORLD_SIZE say where this
-    process sits on its node."""
+    torchrun (NODECOMM_LOCAL_RANK unset), torch's variables say where this process sits:
+    LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (the node), WORLD_SIZE / LOCAL_WORLD_SIZE (the
+    nodes) and TORCHELASTIC_RUN_ID (the job), as docs/OPERATIONS.md's torchrun recipe maps
+    them."""
     if _core.initialized():
         return
     env = os.environ
-    kwargs = {}
     if "NODECOMM_LOCAL_RANK" not in env and "LOCAL_RANK" in env:
-        kwargs["local_rank"] = int(env["LOCAL_RANK"])
+        env["NODECOMM_LOCAL_RANK"] = env["LOCAL_RANK"]
         if "LOCAL_WORLD_SIZE" in env:
-            kwargs["local_size"] = int(env["LOCAL_WORLD_SIZE"])
-        if "NODECOMM_JOB" not in env and "TORCHELASTIC_RUN_ID" in env:
-            kwargs["job"] = env["TORCHELASTIC_RUN_ID"]
-    _core.init(**kwargs)
+            env.setdefault("NODECOMM_LOCAL_SIZE", env["LOCAL_WORLD_SIZE"])
+            if "WORLD_SIZE" in env:
+                env.setdefault("NODECOMM_NODES",
+                               str(int(env["WORLD_SIZE"]) // int(env["LOCAL_WORLD_SIZE"])))
+        if "GROUP_RANK" in env:
+            env.setdefault("NODECOMM_NODE", env["GROUP_RANK"])
+        if "TORCHELASTIC_RUN_ID" in env:
+            env.setdefault("NODECOMM_JOB", env["TORCHELASTIC_RUN_ID"])
+    _core.init()
 
 
 def _options(pg_options):

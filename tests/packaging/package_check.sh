@@ -36,6 +36,13 @@ printf '%s\n' "$contents" | grep -Eq '^\./usr/lib/(x86_64-linux-gnu/)?libnodecom
   fail "no libnodecomm in the package"
 printf '%s\n' "$contents" | grep -Eq '/(pkgconfig/nodecomm\.pc|cmake/nodecomm/nodecommConfig\.cmake)$' &&
   pass "holds nodecomm.pc and the CMake package" || fail "no nodecomm.pc / CMake package"
+printf '%s\n' "$contents" | grep -q '/nodecomm/__init__\.py$' && pass "holds the Python package" ||
+  fail "no Python package in the package"
+# The torch backend links libtorch: it is installed by `cmake --install`, not packaged.
+printf '%s\n' "$contents" | grep -q '_torch_backend' && fail "the .deb holds the torch backend" ||
+  pass "no torch backend in the package"
+printf '%s\n' "$depends" | grep -q 'libtorch' && fail "the .deb depends on libtorch: $depends" ||
+  pass "no dependency on libtorch"
 mkdir -p "$T/x" && dpkg-deb -x "$DEB" "$T/x" && dpkg-deb -e "$DEB" "$T/x/DEBIAN"
 grep -qx 'ExecStart=/usr/bin/nodecommd' "$T/x/usr/lib/systemd/system/nodecommd.service" &&
   pass "the unit runs /usr/bin/nodecommd" || fail "unit: $(grep ExecStart "$T/x/usr/lib/systemd/system/nodecommd.service")"
