@@ -11,8 +11,9 @@ torch tensors.
 
 Every collective is non-blocking and returns a Request (`.test()`, `.wait(timeout=None)`).
 Buffers outside the arena work too, through one copy each way. Failures raise
-nodecomm.Error with the daemon's message. `nodecomm.torch` (imported on first use) holds the
-PyTorch DistributedDataParallel communication hook.
+nodecomm.Error with the daemon's message. `nodecomm.torch` (imported on first use) registers
+the torch.distributed backend "nodecomm" and holds the DistributedDataParallel communication
+hook.
 
 The package is ctypes over libnodecomm's C API (nodecomm.h); it needs neither numpy nor torch
 except for the calls that make their objects (alloc_array, alloc_tensor).

@@ -12,7 +12,7 @@ Every collective torch has for CPU tensors goes through the process's one nodeco
 (nodecomm.init() is called on first use). Subgroups: nodecomm.torch.new_group(ranks), called
 on every rank. Options (pg_options=nodecomm.torch.Options(...), or the environment):
 compress="bf16"/"f16" for f32 sum/avg allreduces (NODECOMM_TORCH_COMPRESS), piece_mb
-(NODECOMM_TORCH_PIECE_MB, default 16), priority.
+(NODECOMM_TORCH_PIECE_MB, default 4), priority.
 
 The hook (per-bucket priorities, int8 compression), on top of either backend:
 
@@ -359,7 +359,7 @@ try:
 except ImportError as _e:  # built without libtorch-dev / pybind11-dev
     _torch_backend, _backend_import_error = None, _e
 
-_PIECE_MB_DEFAULT = 16
+_PIECE_MB_DEFAULT = 4
 
 
 def backend_available():
@@ -380,7 +380,8 @@ class Options:
                needs a name per tensor, so it is the hook's (HookState(compress="int8")).
     piece_mb   allreduce, broadcast and reduce are posted in pieces of at most this many MB,
                so a 250 MB broadcast (DDP's parameter sync) fits the arena and its pieces
-               pipeline. Default: NODECOMM_TORCH_PIECE_MB, else 16. 0: one operation.
+               pipeline. Default: NODECOMM_TORCH_PIECE_MB, else 4 (as the hook). 0: one
+               operation.
     priority   the group's operations' priority (the `direct` policy sends higher first).
     register   True: a heap tensor of 1 MB or more that is allreduced a second time (DDP's
                gradient buckets) has its storage moved into shared memory in place and

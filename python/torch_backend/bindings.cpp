@@ -78,7 +78,7 @@ PYBIND11_MODULE(_torch_backend, m) {
            }),
            py::arg("context"), py::arg("comm"), py::arg("rank"), py::arg("size"),
            py::arg("timeout"), py::arg("store"), py::arg("name"), py::arg("compress") = "",
-           py::arg("piece_bytes") = size_t{16} << 20, py::arg("priority") = 0,
+           py::arg("piece_bytes") = size_t{4000000}, py::arg("priority") = 0,
            py::arg("move_heap") = true, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("comm", &ProcessGroupNodecomm::comm)
       .def_property_readonly("compress",

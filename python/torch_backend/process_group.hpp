@@ -18,7 +18,7 @@ namespace nodecomm::torch_backend {
 
 struct GroupOptions {
   nc_compress_t compress = NC_COMPRESS_NONE;  // f32 sum/avg allreduces only
-  size_t piece_bytes = size_t{16} << 20;      // element-wise ops are posted in pieces
+  size_t piece_bytes = 4000000;  // element-wise ops are posted in pieces (the hook's 4 MB)
   int32_t priority = 0;
   // Move heap storages allreduced repeatedly into registered shared memory (shared_memory.hpp).
   bool move_heap = true;

@@ -388,7 +388,7 @@ expect_error("heap tensor with a full arena",
 hold.clear()
 nodecomm.arena_info()  # returns the dead blocks to the arena
 
-# Bigger than the arena (64 MiB by default): pieces of 16 MB, waiting for arena room.
+# Bigger than the arena (64 MiB by default): pieces of 4 MB, waiting for arena room.
 bcast = (torch.full((24 << 20,), float(RANK)) if RANK == SIZE - 1 else torch.zeros(24 << 20))
 started = time.monotonic()
 dist.broadcast(bcast, SIZE - 1)
