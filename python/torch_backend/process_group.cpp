@@ -323,7 +323,10 @@ void ProcessGroupNodecomm::plan_elementwise(Elementwise kind, const at::Tensor& 
   char* base = buffer(t, /*in=*/true, /*out=*/written, plan);
   const size_t elem = nc_dtype_size(wire.dtype);
   const size_t count = static_cast<size_t>(t.numel()) * wire.per_element;
-  for (const auto& [begin, end] : pieces(count, std::max<size_t>(1, options_.piece_bytes / elem))) {
+  // piece_bytes 0: one operation (pieces() takes 0 elements per piece to mean that).
+  const size_t piece_elems =
+      options_.piece_bytes == 0 ? 0 : std::max<size_t>(1, options_.piece_bytes / elem);
+  for (const auto& [begin, end] : pieces(count, piece_elems)) {
     char* p = base + begin * elem;
     const size_t n = end - begin;
     const nc_dtype_t dt = wire.dtype;

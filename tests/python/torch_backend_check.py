@@ -404,6 +404,12 @@ t = data(RANK, 5000, torch.float32, 24)
 dist.all_reduce(t, group=bf)
 check("all_reduce bf16 wire, 1 KB pieces", t, reference("sum", 5000, torch.float32, 24))
 
+# piece_mb=0: one operation per call, whatever the size.
+whole = nct.new_group(pg_options=nct.Options(piece_mb=0))
+t = data(RANK, 300001, torch.float32, 26)
+dist.all_reduce(t, group=whole)
+check("all_reduce in one piece", t, reference("sum", 300001, torch.float32, 26))
+
 # One libnodecomm in the process: the extension uses the library ctypes loaded.
 libs = {line.split()[-1] for line in open("/proc/self/maps") if "libnodecomm.so" in line}
 if len(libs) != 1:
