@@ -308,6 +308,15 @@ sl = data(RANK, 40, torch.float32, 17)[::2]  # strided slice
 dist.all_reduce(sl, op=dist.ReduceOp.MAX)
 check("all_reduce strided", sl, reference("max", 40, torch.float32, 17)[::2])
 
+# ---- empty tensors: every rank posts, nothing moves ---------------------------------------------
+empty = torch.empty(0)
+dist.all_reduce(empty)
+dist.broadcast(empty, 0)
+dist.all_gather([torch.empty(0) for _ in range(SIZE)], empty)
+dist.reduce_scatter(torch.empty(0), [torch.empty(0) for _ in range(SIZE)])
+dist.all_to_all_single(torch.empty(0), torch.empty(0))
+dist.gather(empty, [torch.empty(0) for _ in range(SIZE)] if RANK == 0 else None, dst=0)
+
 # ---- objects, barrier, monitored_barrier -----------------------------------------------------
 objs = [None] * SIZE
 dist.all_gather_object(objs, {"rank": RANK, "name": f"r{RANK}" * (RANK + 1)})
