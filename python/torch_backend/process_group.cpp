@@ -646,6 +646,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::_reduce_scatter_base(
 }
 
 namespace {
+// alltoallv's one post, shared by all_to_all_single with split sizes and the list form: the
+// counts are copied into the post, and the displacements pack the blocks back to back.
+void plan_alltoallv_post(Plan& plan, nc_context_t* ctx, nc_comm_t comm, char* send,
+                         std::vector<size_t> send_counts, char* recv,
+                         std::vector<size_t> recv_counts, nc_dtype_t dt) {
+  plan.posts.emplace_back(
+      [=, send_displs = displacements(send_counts), recv_displs = displacements(recv_counts)](
+          const nc_op_attr_t* a, nc_request_t* r) {
+        return nc_alltoallv(ctx, send, send_counts.data(), send_displs.data(), recv,
+                            recv_counts.data(), recv_displs.data(), dt, comm, a, r);
+      });
+}
+
 int64_t row_elements(const at::Tensor& t) {
   int64_t n = 1;
   for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
@@ -693,12 +706,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall_base(
       return nc_alltoall(ctx_, send, recv, n, dt, comm_, a, r);
     });
   } else {
-    plan.posts.emplace_back(
-        [this, send, recv, dt, send_counts, recv_counts, send_displs = displacements(send_counts),
-         recv_displs = displacements(recv_counts)](const nc_op_attr_t* a, nc_request_t* r) {
-          return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
-                              recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
-        });
+    plan_alltoallv_post(plan, ctx_, comm_, send, send_counts, recv, recv_counts, dt);
   }
   return submit(c10d::OpType::ALLTOALL_BASE, "all_to_all_single", shape_text(input), {output},
                 std::move(plan), timeout_for(opts.timeout));
@@ -726,12 +734,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNodecomm::alltoall(std::vector<at::Te
     send = list_buffer(inputs, true, false, plan, /*force_stage=*/true);
   }
   const nc_dtype_t dt = wire.dtype;
-  plan.posts.emplace_back(
-      [this, send, recv, dt, send_counts, recv_counts, send_displs = displacements(send_counts),
-       recv_displs = displacements(recv_counts)](const nc_op_attr_t* a, nc_request_t* r) {
-        return nc_alltoallv(ctx_, send, send_counts.data(), send_displs.data(), recv,
-                            recv_counts.data(), recv_displs.data(), dt, comm_, a, r);
-      });
+  plan_alltoallv_post(plan, ctx_, comm_, send, send_counts, recv, recv_counts, dt);
   return submit(
       c10d::OpType::ALLTOALL, "all_to_all",
       fmt::format("({} tensors of {})", inputs.size(), c10::toString(inputs[0].scalar_type())),
