@@ -13,7 +13,9 @@ set(CPACK_PACKAGE_DESCRIPTION
 they hand it their buffers through shared memory with libnodecomm, and it reduces them and \
 drives the inter-node traffic with Open MPI. The package holds nodecommd and its systemd unit, \
 libnodecomm with its headers, CMake package and pkg-config file, nodecomm-launch and \
-nodecomm-bench.")
+nodecomm-bench, the Python package nodecomm, and libmlsl: Intel MLSL 1.0's API (mlsl.hpp, \
+mlsl.h, the Python module mlsl) over libnodecomm, so that programs written for MLSL build with \
+-lmlsl and run under nodecomm-launch.")
 set(CPACK_RESOURCE_FILE_README ${PROJECT_SOURCE_DIR}/README.md)
 set(CPACK_GENERATOR DEB)
 set(CPACK_SOURCE_GENERATOR TGZ)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree into PREFIX with `cmake --install` and checks the layout: programs,
 # library, headers, CMake package, nodecomm.pc, systemd unit (ExecStart= in PREFIX),
+# libmlsl with its headers, mlsl.pc and CMake package (when the build has NODECOMM_MLSL),
 # sysusers.d/tmpfiles.d files, configuration and documentation.
 #   install_tree.sh BUILD_DIR PREFIX
 set -u
@@ -47,5 +48,30 @@ else
 fi
 ldd "$PREFIX/bin/nodecomm-bench" | grep -q "libnodecomm.so.0 => $PREFIX/" &&
   pass "nodecomm-bench finds the installed libnodecomm" || fail "nodecomm-bench: $(ldd "$PREFIX/bin/nodecomm-bench" | grep nodecomm)"
+# libmlsl (the MLSL-compatible API, mlsl/install.cmake) when the build has it: beside
+# libnodecomm, which it finds through RUNPATH $ORIGIN; its headers, mlsl.pc and CMake package.
+if grep -q '^NODECOMM_MLSL:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  for f in include/mlsl.hpp include/mlsl.h share/doc/nodecomm/MLSL.md; do
+    [ -e "$PREFIX/$f" ] && pass "installed $f" || fail "missing $f"
+  done
+  for f in libmlsl.so libmlsl.so.1 pkgconfig/mlsl.pc cmake/mlsl/mlslConfig.cmake \
+           cmake/mlsl/mlslConfigVersion.cmake cmake/mlsl/mlslTargets.cmake; do
+    [ -e "$LIBDIR/$f" ] && pass "installed ${LIBDIR#"$PREFIX"/}/$f" || fail "missing $LIBDIR/$f"
+  done
+  dyn=$(readelf -d "$LIBDIR/libmlsl.so.1" 2>&1)
+  printf '%s\n' "$dyn" | grep -q 'SONAME.*\[libmlsl\.so\.1\]' && printf '%s\n' "$dyn" | grep -q 'R.*PATH.*\[\$ORIGIN\]$' &&
+    pass "libmlsl.so.1: SONAME libmlsl.so.1, RUNPATH \$ORIGIN" || fail "libmlsl.so.1 dynamic section: $dyn"
+  ldd "$LIBDIR/libmlsl.so.1" | grep -q "libnodecomm.so.0 => $PREFIX/" &&
+    pass "libmlsl finds the installed libnodecomm" || fail "libmlsl: $(ldd "$LIBDIR/libmlsl.so.1" | grep nodecomm)"
+  grep -qx "prefix=$PREFIX" "$LIBDIR/pkgconfig/mlsl.pc" && pass "mlsl.pc names the prefix" ||
+    fail "mlsl.pc: $(cat "$LIBDIR/pkgconfig/mlsl.pc")"
+  grep -rq "$(cd "$BUILD" && pwd)\|/work/" "$LIBDIR/cmake/mlsl" "$LIBDIR/pkgconfig/mlsl.pc" &&
+    fail "the mlsl CMake package or mlsl.pc names build paths" || pass "the mlsl CMake package and mlsl.pc are relocatable"
+  pymod=$(find "$PREFIX" -path '*/mlsl/__init__.py' | head -1)
+  if [ -n "$pymod" ]; then
+    grep -rq "$(cd "$BUILD" && pwd)" "$(dirname "$pymod")" && fail "the Python module mlsl names build paths" ||
+      pass "the Python module mlsl names no build path"
+  fi
+fi
 echo "install_tree: $failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPack builds the .deb from the build tree (installed under /usr), and the package declares its
-# Debian dependencies and holds the right files.
+# Debian dependencies and holds the right files (libmlsl's too, when the build has it).
 #   package_check.sh BUILD_DIR
 set -u
 BUILD=$1
@@ -38,6 +38,20 @@ printf '%s\n' "$contents" | grep -Eq '/(pkgconfig/nodecomm\.pc|cmake/nodecomm/no
   pass "holds nodecomm.pc and the CMake package" || fail "no nodecomm.pc / CMake package"
 printf '%s\n' "$contents" | grep -q '/nodecomm/__init__\.py$' && pass "holds the Python package" ||
   fail "no Python package in the package"
+# libmlsl (mlsl/install.cmake) when the build has it: the library beside libnodecomm, its
+# headers, mlsl.pc, CMake package and the Python module, naming no build path.
+if grep -q '^NODECOMM_MLSL:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  for f in ./usr/include/mlsl.hpp ./usr/include/mlsl.h ./usr/share/doc/nodecomm/MLSL.md; do
+    printf '%s\n' "$contents" | grep -qx -- "$f" && pass "holds $f" || fail "no $f in the package"
+  done
+  for f in 'libmlsl\.so\.1' 'libmlsl\.so' 'pkgconfig/mlsl\.pc' 'cmake/mlsl/mlslConfig\.cmake' \
+           'cmake/mlsl/mlslConfigVersion\.cmake' 'cmake/mlsl/mlslTargets\.cmake'; do
+    printf '%s\n' "$contents" | grep -Eq "^\./usr/lib/(x86_64-linux-gnu/)?$f\$" && pass "holds $f" ||
+      fail "no $f in the package"
+  done
+  printf '%s\n' "$contents" | grep -q '/mlsl/__init__\.py$' && pass "holds the Python module mlsl" ||
+    fail "no Python module mlsl in the package"
+fi
 # The torch backend links libtorch: it is installed by `cmake --install`, not packaged.
 printf '%s\n' "$contents" | grep -q '_torch_backend' && fail "the .deb holds the torch backend" ||
   pass "no torch backend in the package"
@@ -48,6 +62,16 @@ grep -qx 'ExecStart=/usr/bin/nodecommd' "$T/x/usr/lib/systemd/system/nodecommd.s
   pass "the unit runs /usr/bin/nodecommd" || fail "unit: $(grep ExecStart "$T/x/usr/lib/systemd/system/nodecommd.service")"
 grep -q '^prefix=/usr$' "$T"/x/usr/lib/*/pkgconfig/nodecomm.pc "$T"/x/usr/lib/pkgconfig/nodecomm.pc 2>/dev/null &&
   pass "nodecomm.pc names /usr" || fail "nodecomm.pc prefix"
+if grep -q '^NODECOMM_MLSL:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  mlsl_files=$(find "$T/x" -name mlsl.pc -o -path '*/cmake/mlsl/*' -o -path '*/mlsl/*.py')
+  grep -q '^prefix=/usr$' $(printf '%s\n' "$mlsl_files" | grep 'mlsl\.pc$') 2>/dev/null &&
+    pass "mlsl.pc names /usr" || fail "mlsl.pc prefix"
+  [ -n "$mlsl_files" ] && grep -lq "$(cd "$BUILD" && pwd)\|/work/" $mlsl_files &&
+    fail "build paths in $(grep -l "$(cd "$BUILD" && pwd)\|/work/" $mlsl_files)" ||
+    pass "mlsl.pc, the mlsl CMake package and the Python module name no build path"
+  readelf -d "$T"/x/usr/lib/*/libmlsl.so.1 "$T"/x/usr/lib/libmlsl.so.1 2>/dev/null | grep -q 'R.*PATH.*\[\$ORIGIN\]$' &&
+    pass "libmlsl's RUNPATH is \$ORIGIN" || fail "libmlsl RUNPATH"
+fi
 grep -qx /etc/nodecomm/nodecommd.conf "$T/x/DEBIAN/conffiles" && pass "the configuration is a conffile" ||
   fail "conffiles: $(cat "$T/x/DEBIAN/conffiles" 2>/dev/null)"
 [ -x "$T/x/DEBIAN/postinst" ] && grep -q systemd-sysusers "$T/x/DEBIAN/postinst" && pass "postinst creates the user" ||
