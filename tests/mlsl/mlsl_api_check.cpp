@@ -1,0 +1,879 @@
+// The MLSL layer's Environment and Distribution through the C++ API (issue 22, plan §7.2),
+// written against mlsl.hpp only and checked against tests/mlsl/reference.hpp.
+//
+//   mlsl_api_check                 every check below; exit 1 on any mismatch
+//   mlsl_api_check --mode MODE     one misuse that must end the process with status 1 and a
+//                                  message (driven by mlsl_errors.sh): wait-twice,
+//                                  test-then-wait, start-in-flight, not-multiple, init-twice,
+//                                  idx-before-init, bad-root, unsupported-exchange, mismatch
+//
+// Checks: GetVersion, IsInitialized around Init and Finalize, Alloc's alignments (also before
+// Init), QuantParams round trip; then for each distribution (P x 1, P/2 x 2, 1 x P, the
+// replicated 1 x 1, 2 x 1, 1 x 2, and a transposed grid by colors) the group indices, counts
+// and members of GT_DATA, GT_MODEL and GT_GLOBAL, and every collective on each group over a
+// sampled matrix in which every dtype, reduction, root, in-place form, buffer kind, completion
+// and count appears; finally 300 collectives in flight at once (past nodecomm's 256 per client).
+#include <mlsl.hpp>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reference.hpp"
+
+namespace api_check {
+
+using MLSL::CommReq;
+using MLSL::DataType;
+using MLSL::Distribution;
+using MLSL::Environment;
+using MLSL::GroupType;
+using MLSL::ReductionType;
+
+Environment& env() { return Environment::GetEnv(); }
+
+size_t g_rank = 0;      // global rank, for messages
+size_t g_failures = 0;  // mismatches seen (each case prints its first few)
+
+// ---------------------------------------------------------------------------------------------
+// One collective case: what is posted, on which buffers, and how it completes.
+
+enum class Coll {
+  kBcast,
+  kReduce,
+  kAllReduce,
+  kAlltoAll,
+  kAlltoAllv,
+  kGather,
+  kAllGather,
+  kAllGatherv,
+  kScatter,
+  kReduceScatter,
+  kBarrier
+};
+
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::kBcast:
+      return "Bcast";
+    case Coll::kReduce:
+      return "Reduce";
+    case Coll::kAllReduce:
+      return "AllReduce";
+    case Coll::kAlltoAll:
+      return "AlltoAll";
+    case Coll::kAlltoAllv:
+      return "AlltoAllv";
+    case Coll::kGather:
+      return "Gather";
+    case Coll::kAllGather:
+      return "AllGather";
+    case Coll::kAllGatherv:
+      return "AllGatherv";
+    case Coll::kScatter:
+      return "Scatter";
+    case Coll::kReduceScatter:
+      return "ReduceScatter";
+    case Coll::kBarrier:
+      return "Barrier";
+  }
+  return "?";
+}
+
+struct Case {
+  Coll coll;
+  GroupType gt;
+  DataType dt;
+  ReductionType rt;
+  size_t root;
+  bool inplace;
+  bool lib_buf;   // Environment::Alloc (arena) or malloc (nodecomm's copy path)
+  bool use_test;  // Environment::Test loop or Environment::Wait
+  size_t count;
+  size_t salt;
+};
+
+struct DistUnderTest {
+  std::string name;
+  Distribution* dist;
+  mlsl_ref::Layout layout;
+};
+
+std::string describe(const DistUnderTest& d, const Case& c) {
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "%s dist %s group %s dtype %s red %s root %zu %s count %zu buf %s %s salt %zu",
+                coll_name(c.coll), d.name.c_str(), mlsl_ref::group_name(c.gt),
+                mlsl_ref::dtype_name(c.dt), mlsl_ref::red_name(c.rt), c.root,
+                c.inplace ? "in-place" : "out-of-place", c.count, c.lib_buf ? "Alloc" : "malloc",
+                c.use_test ? "Test-loop" : "Wait", c.salt);
+  return text;
+}
+
+// Counts mismatches of one case and prints the first few of them.
+struct Checker {
+  std::string what;
+  size_t bad = 0;
+  void expect(const char* buffer, size_t i, double expected, double got) {
+    if (expected == got) return;
+    if (bad < 4) {
+      std::fprintf(stderr, "[%zu] FAIL %s: %s element %zu expected %.17g got %.17g\n", g_rank,
+                   what.c_str(), buffer, i, expected, got);
+    }
+    ++bad;
+    ++g_failures;
+  }
+  void expect_true(bool ok, const char* message) {
+    if (ok) return;
+    std::fprintf(stderr, "[%zu] FAIL %s: %s\n", g_rank, what.c_str(), message);
+    ++bad;
+    ++g_failures;
+  }
+};
+
+// A buffer of `elems` elements of dt, from the arena (Environment::Alloc) or the heap.
+class ApiBuf {
+ public:
+  ApiBuf(bool lib, DataType dt, size_t elems) : lib_(lib), dt_(dt), elems_(elems) {
+    const size_t bytes = std::max<size_t>(1, elems * mlsl_ref::dtype_size(dt));
+    p_ = lib ? env().Alloc(bytes, 64) : std::malloc(bytes);
+    if (p_ == nullptr) {
+      std::fprintf(stderr, "[%zu] FAIL: %s of %zu bytes returned NULL\n", g_rank,
+                   lib ? "Environment::Alloc" : "malloc", bytes);
+      std::exit(1);
+    }
+  }
+  ~ApiBuf() {
+    if (lib_)
+      env().Free(p_);
+    else
+      std::free(p_);
+  }
+  ApiBuf(const ApiBuf&) = delete;
+  ApiBuf& operator=(const ApiBuf&) = delete;
+  void* ptr(size_t elem = 0) { return static_cast<char*>(p_) + elem * mlsl_ref::dtype_size(dt_); }
+  double get(size_t i) const { return mlsl_ref::load(dt_, p_, i); }
+  void set(size_t i, double v) { mlsl_ref::store(dt_, p_, i, v); }
+  void fill(double v) {
+    for (size_t i = 0; i < elems_; ++i) set(i, v);
+  }
+  size_t elems() const { return elems_; }
+
+ private:
+  bool lib_;
+  DataType dt_;
+  size_t elems_;
+  void* p_;
+};
+
+void complete(CommReq* req, bool use_test) {
+  if (!use_test) {
+    env().Wait(req);
+    return;
+  }
+  bool done = false;
+  while (!done) {
+    env().Test(req, &done);
+    if (!done) sched_yield();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The collectives. Each posts one case on this process's group, completes it and compares every
+// element with the reference: results, send buffers the call must leave alone, and recv
+// elements it must not write.
+
+struct Run {
+  DistUnderTest& d;
+  const Case& c;
+  const mlsl_ref::Group& grp;
+  Checker chk;
+  size_t n, me;
+
+  Run(DistUnderTest& dist, const Case& cs)
+      : d(dist), c(cs), grp(mlsl_ref::group_of(dist.layout, cs.gt)) {
+    chk.what = describe(d, c);
+    n = grp.size();
+    me = grp.idx;
+  }
+  // Group member r's input element i.
+  double in(size_t r, size_t i) const {
+    return mlsl_ref::input_value(c.dt, grp.members[r], i, c.salt);
+  }
+  double reduced(size_t i) const {
+    std::vector<double> vals;
+    for (size_t r = 0; r < n; ++r) vals.push_back(in(r, i));
+    return mlsl_ref::reduce(c.dt, c.rt, vals);
+  }
+  ApiBuf buf(size_t elems) { return ApiBuf(c.lib_buf, c.dt, elems); }
+  void fill_input(ApiBuf& b, size_t elems) {
+    for (size_t i = 0; i < elems; ++i) b.set(i, in(me, i));
+  }
+  void expect_input(ApiBuf& b, size_t elems, const char* what) {
+    for (size_t i = 0; i < elems; ++i) chk.expect(what, i, in(me, i), b.get(i));
+  }
+  void expect_sentinel(ApiBuf& b, size_t from, size_t to, const char* what) {
+    for (size_t i = from; i < to; ++i) chk.expect(what, i, mlsl_ref::sentinel(c.dt), b.get(i));
+  }
+
+  void bcast() {
+    ApiBuf b = buf(c.count);
+    if (me == c.root)
+      fill_input(b, c.count);
+    else
+      b.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->Bcast(b.ptr(), c.count, c.dt, c.root, c.gt), c.use_test);
+    for (size_t i = 0; i < c.count; ++i) chk.expect("buffer", i, in(c.root, i), b.get(i));
+  }
+
+  void reduce() {
+    ApiBuf s = buf(c.count);
+    fill_input(s, c.count);
+    if (c.inplace) {
+      complete(d.dist->Reduce(s.ptr(), s.ptr(), c.count, c.dt, c.rt, c.root, c.gt), c.use_test);
+      if (me == c.root) {
+        for (size_t i = 0; i < c.count; ++i) chk.expect("buffer (root)", i, reduced(i), s.get(i));
+      } else {
+        expect_input(s, c.count, "buffer (non-root, only sent)");
+      }
+      return;
+    }
+    ApiBuf r = buf(c.count);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->Reduce(s.ptr(), r.ptr(), c.count, c.dt, c.rt, c.root, c.gt), c.use_test);
+    expect_input(s, c.count, "send buffer");
+    if (me == c.root) {
+      for (size_t i = 0; i < c.count; ++i) chk.expect("recv buffer (root)", i, reduced(i), r.get(i));
+    } else {
+      expect_sentinel(r, 0, c.count, "recv buffer (non-root, unused)");
+    }
+  }
+
+  void allreduce() {
+    ApiBuf s = buf(c.count);
+    fill_input(s, c.count);
+    if (c.inplace) {
+      complete(d.dist->AllReduce(s.ptr(), s.ptr(), c.count, c.dt, c.rt, c.gt), c.use_test);
+      for (size_t i = 0; i < c.count; ++i) chk.expect("buffer", i, reduced(i), s.get(i));
+      return;
+    }
+    ApiBuf r = buf(c.count);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->AllReduce(s.ptr(), r.ptr(), c.count, c.dt, c.rt, c.gt), c.use_test);
+    expect_input(s, c.count, "send buffer");
+    for (size_t i = 0; i < c.count; ++i) chk.expect("recv buffer", i, reduced(i), r.get(i));
+  }
+
+  // Block j of the send buffer goes to member j; block i of the result comes from member i.
+  void alltoall() {
+    const size_t total = n * c.count;
+    ApiBuf s = buf(total);
+    fill_input(s, total);
+    if (c.inplace) {
+      // MPI_IN_PLACE meaning: what is sent is read from the buffer before it is overwritten.
+      complete(d.dist->AlltoAll(s.ptr(), c.count, s.ptr(), c.dt, c.gt), c.use_test);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < c.count; ++k)
+          chk.expect("buffer", i * c.count + k, in(i, me * c.count + k), s.get(i * c.count + k));
+      return;
+    }
+    ApiBuf r = buf(total);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->AlltoAll(s.ptr(), c.count, r.ptr(), c.dt, c.gt), c.use_test);
+    expect_input(s, total, "send buffer");
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < c.count; ++k)
+        chk.expect("recv buffer", i * c.count + k, in(i, me * c.count + k), r.get(i * c.count + k));
+  }
+
+  // Unequal counts: member i sends cnt(i, j) elements to member j; blocks are laid out with a
+  // one-element gap after each, so offsets matter. In place, counts are symmetric (MPI's rule
+  // for MPI_IN_PLACE: what goes to j has the size of what comes from j).
+  size_t v_count(size_t i, size_t j) const {
+    return c.count + (c.inplace ? (i + j) % 3 : (i + 2 * j) % 3);
+  }
+  // Offset of block j in member i's send layout (and, in place, in its recv layout).
+  size_t v_send_off(size_t i, size_t j) const {
+    size_t off = 0;
+    for (size_t k = 0; k < j; ++k) off += v_count(i, k) + 1;
+    return off;
+  }
+  size_t v_recv_off(size_t j, size_t i) const {  // block from member i in member j's recv layout
+    size_t off = 0;
+    for (size_t k = 0; k < i; ++k) off += v_count(k, j) + 1;
+    return off;
+  }
+  void alltoallv() {
+    std::vector<size_t> sc(n), so(n), rc(n), ro(n);
+    for (size_t j = 0; j < n; ++j) {
+      sc[j] = v_count(me, j);
+      so[j] = v_send_off(me, j);
+      rc[j] = v_count(j, me);
+      ro[j] = v_recv_off(me, j);
+    }
+    const size_t send_total = so[n - 1] + sc[n - 1] + 1, recv_total = ro[n - 1] + rc[n - 1] + 1;
+    if (c.inplace) {
+      ApiBuf b = buf(recv_total);
+      fill_input(b, recv_total);
+      // The layout is MPI_IN_PLACE's: blocks to send sit at the receive offsets.
+      complete(d.dist->AlltoAllv(b.ptr(), rc.data(), ro.data(), b.ptr(), rc.data(), ro.data(),
+                                 c.dt, c.gt),
+               c.use_test);
+      std::vector<bool> written(recv_total, false);
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < rc[i]; ++k) {
+          // Member i sent from its own recv layout, where block `me` starts at v_recv_off(i, me).
+          chk.expect("buffer", ro[i] + k, in(i, v_recv_off(i, me) + k), b.get(ro[i] + k));
+          written[ro[i] + k] = true;
+        }
+      for (size_t i = 0; i < recv_total; ++i)
+        if (!written[i]) chk.expect("buffer gap", i, in(me, i), b.get(i));
+      return;
+    }
+    ApiBuf s = buf(send_total), r = buf(recv_total);
+    fill_input(s, send_total);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->AlltoAllv(s.ptr(), sc.data(), so.data(), r.ptr(), rc.data(), ro.data(), c.dt,
+                               c.gt),
+             c.use_test);
+    expect_input(s, send_total, "send buffer");
+    std::vector<bool> written(recv_total, false);
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < rc[i]; ++k) {
+        chk.expect("recv buffer", ro[i] + k, in(i, v_send_off(i, me) + k), r.get(ro[i] + k));
+        written[ro[i] + k] = true;
+      }
+    for (size_t i = 0; i < recv_total; ++i)
+      if (!written[i]) chk.expect("recv buffer gap", i, mlsl_ref::sentinel(c.dt), r.get(i));
+  }
+
+  // Non-roots' recv is unused; half of the cases pass NULL there (MLSL's callers do both).
+  void gather() {
+    const size_t total = n * c.count;
+    const bool root = me == c.root, null_recv = !root && (c.salt % 2 == 1);
+    ApiBuf s = buf(c.count), r = buf(root ? total : c.count);
+    fill_input(s, c.count);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    void* send = s.ptr();
+    if (c.inplace && root) {
+      // The root's own block is already in place in its recv buffer.
+      for (size_t k = 0; k < c.count; ++k) r.set(me * c.count + k, in(me, k));
+      send = r.ptr(me * c.count);
+    }
+    complete(d.dist->Gather(send, c.count, null_recv ? nullptr : r.ptr(), c.dt, c.root, c.gt),
+             c.use_test);
+    expect_input(s, c.count, "send buffer");
+    if (root) {
+      for (size_t i = 0; i < n; ++i)
+        for (size_t k = 0; k < c.count; ++k)
+          chk.expect("recv buffer (root)", i * c.count + k, in(i, k), r.get(i * c.count + k));
+    } else if (!null_recv) {
+      expect_sentinel(r, 0, c.count, "recv buffer (non-root, unused)");
+    }
+  }
+
+  void allgather() {
+    const size_t total = n * c.count;
+    ApiBuf r = buf(total);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    if (c.inplace) {
+      // MLSL's in-place form: this process's block is already at recv + idx * count.
+      for (size_t k = 0; k < c.count; ++k) r.set(me * c.count + k, in(me, k));
+      complete(d.dist->AllGather(r.ptr(), c.count, r.ptr(), c.dt, c.gt), c.use_test);
+    } else {
+      ApiBuf s = buf(c.count);
+      fill_input(s, c.count);
+      complete(d.dist->AllGather(s.ptr(), c.count, r.ptr(), c.dt, c.gt), c.use_test);
+      expect_input(s, c.count, "send buffer");
+    }
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < c.count; ++k)
+        chk.expect("recv buffer", i * c.count + k, in(i, k), r.get(i * c.count + k));
+  }
+
+  void allgatherv() {
+    std::vector<size_t> rc(n), displ(n);
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      rc[i] = c.count + (2 * i) % 3;
+      displ[i] = total;
+      total += rc[i];
+    }
+    ApiBuf r = buf(total);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    if (c.inplace) {
+      // Own block already at its packed offset.
+      for (size_t k = 0; k < rc[me]; ++k) r.set(displ[me] + k, in(me, k));
+      complete(d.dist->AllGatherv(r.ptr(), rc[me], r.ptr(), rc.data(), c.dt, c.gt), c.use_test);
+    } else {
+      ApiBuf s = buf(rc[me]);
+      fill_input(s, rc[me]);
+      complete(d.dist->AllGatherv(s.ptr(), rc[me], r.ptr(), rc.data(), c.dt, c.gt), c.use_test);
+      expect_input(s, rc[me], "send buffer");
+    }
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < rc[i]; ++k)
+        chk.expect("recv buffer", displ[i] + k, in(i, k), r.get(displ[i] + k));
+  }
+
+  void scatter() {
+    const size_t total = n * c.count;
+    const bool root = me == c.root, null_send = !root && (c.salt % 2 == 1);
+    ApiBuf s = buf(root ? total : c.count), r = buf(c.count);
+    if (root)
+      fill_input(s, total);
+    else
+      s.fill(mlsl_ref::sentinel(c.dt));
+    r.fill(mlsl_ref::sentinel(c.dt));
+    void* recv = r.ptr();
+    if (c.inplace && root) recv = s.ptr(me * c.count);  // the root's own block stays in place
+    complete(d.dist->Scatter(null_send ? nullptr : s.ptr(), recv, c.count, c.dt, c.root, c.gt),
+             c.use_test);
+    if (root) {
+      expect_input(s, total, "send buffer (root)");
+      if (!c.inplace)
+        for (size_t k = 0; k < c.count; ++k)
+          chk.expect("recv buffer (root)", k, in(me, me * c.count + k), r.get(k));
+    } else {
+      for (size_t k = 0; k < c.count; ++k)
+        chk.expect("recv buffer", k, in(c.root, me * c.count + k), r.get(k));
+      if (!null_send) expect_sentinel(s, 0, c.count, "send buffer (non-root, unused)");
+    }
+  }
+
+  void reduce_scatter() {
+    const size_t total = n * c.count;
+    ApiBuf s = buf(total);
+    fill_input(s, total);
+    if (c.inplace) {
+      // MPI_Reduce_scatter_block(MPI_IN_PLACE): the result is left at the START of the buffer.
+      complete(d.dist->ReduceScatter(s.ptr(), s.ptr(), c.count, c.dt, c.rt, c.gt), c.use_test);
+      for (size_t k = 0; k < c.count; ++k)
+        chk.expect("buffer (result at start)", k, reduced(me * c.count + k), s.get(k));
+      return;
+    }
+    ApiBuf r = buf(c.count);
+    r.fill(mlsl_ref::sentinel(c.dt));
+    complete(d.dist->ReduceScatter(s.ptr(), r.ptr(), c.count, c.dt, c.rt, c.gt), c.use_test);
+    expect_input(s, total, "send buffer");
+    for (size_t k = 0; k < c.count; ++k)
+      chk.expect("recv buffer", k, reduced(me * c.count + k), r.get(k));
+  }
+
+  void run() {
+    switch (c.coll) {
+      case Coll::kBcast:
+        return bcast();
+      case Coll::kReduce:
+        return reduce();
+      case Coll::kAllReduce:
+        return allreduce();
+      case Coll::kAlltoAll:
+        return alltoall();
+      case Coll::kAlltoAllv:
+        return alltoallv();
+      case Coll::kGather:
+        return gather();
+      case Coll::kAllGather:
+        return allgather();
+      case Coll::kAllGatherv:
+        return allgatherv();
+      case Coll::kScatter:
+        return scatter();
+      case Coll::kReduceScatter:
+        return reduce_scatter();
+      case Coll::kBarrier:
+        d.dist->Barrier(c.gt);
+        return;
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The sampled matrix. Every rank builds the same list in the same order (collectives must be
+// posted in one order on every member). dtype x in-place x root (x reduction where the root does
+// not already multiply the cases) are crossed; buffer kind, completion and count rotate with a
+// counter whose period (2 x 2 x 3 = 12, coprime steps) visits all their combinations.
+
+size_t g_case_counter = 0;
+
+void fill_rotating(Case& c) {
+  static const size_t kCounts[] = {1, 7, 4099};
+  const size_t k = g_case_counter++;
+  c.lib_buf = k % 2 == 0;
+  c.use_test = (k / 2) % 2 == 1;
+  c.count = kCounts[k % 3];
+  c.salt = k;
+}
+
+std::vector<Case> build_cases(GroupType gt, size_t n) {
+  static const DataType kTypes[] = {MLSL::DT_FLOAT, MLSL::DT_DOUBLE, MLSL::DT_BYTE};
+  static const ReductionType kReds[] = {MLSL::RT_SUM, MLSL::RT_MIN, MLSL::RT_MAX};
+  std::vector<Case> cases;
+  auto add = [&](Coll coll, DataType dt, ReductionType rt, size_t root, bool inplace) {
+    Case c{coll, gt, dt, rt, root, inplace, false, false, 0, 0};
+    fill_rotating(c);
+    cases.push_back(c);
+  };
+  size_t rot = 0;
+  for (DataType dt : kTypes) {
+    for (size_t root = 0; root < n; ++root) add(Coll::kBcast, dt, MLSL::RT_SUM, root, true);
+    for (bool ip : {false, true}) {
+      for (size_t root = 0; root < n; ++root) {
+        add(Coll::kReduce, dt, kReds[rot++ % 3], root, ip);
+        add(Coll::kGather, dt, MLSL::RT_SUM, root, ip);
+        add(Coll::kScatter, dt, MLSL::RT_SUM, root, ip);
+      }
+      for (ReductionType rt : kReds) {
+        add(Coll::kAllReduce, dt, rt, 0, ip);
+        add(Coll::kReduceScatter, dt, rt, 0, ip);
+      }
+      add(Coll::kAlltoAll, dt, MLSL::RT_SUM, 0, ip);
+      add(Coll::kAlltoAllv, dt, MLSL::RT_SUM, 0, ip);
+      add(Coll::kAllGather, dt, MLSL::RT_SUM, 0, ip);
+      add(Coll::kAllGatherv, dt, MLSL::RT_SUM, 0, ip);
+    }
+  }
+  add(Coll::kBarrier, MLSL::DT_FLOAT, MLSL::RT_SUM, 0, false);
+  return cases;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per distribution: indices, counts and members, then the matrix.
+
+void check_groups(DistUnderTest& d) {
+  Checker chk;
+  chk.what = "dist " + d.name + " groups";
+  const GroupType kGroups[] = {MLSL::GT_DATA, MLSL::GT_MODEL, MLSL::GT_GLOBAL};
+  for (GroupType gt : kGroups) {
+    const mlsl_ref::Group& grp = mlsl_ref::group_of(d.layout, gt);
+    char what[96];
+    std::snprintf(what, sizeof what, "GetProcessIdx(%s)", mlsl_ref::group_name(gt));
+    chk.expect(what, 0, static_cast<double>(grp.idx),
+               static_cast<double>(d.dist->GetProcessIdx(gt)));
+    std::snprintf(what, sizeof what, "GetProcessCount(%s)", mlsl_ref::group_name(gt));
+    chk.expect(what, 0, static_cast<double>(grp.size()),
+               static_cast<double>(d.dist->GetProcessCount(gt)));
+    // Members, not only sizes: an AllGather of the global ranks must list the group in order.
+    ApiBuf mine(true, MLSL::DT_DOUBLE, 1), all(false, MLSL::DT_DOUBLE, grp.size());
+    mine.set(0, static_cast<double>(g_rank));
+    all.fill(-1);
+    env().Wait(d.dist->AllGather(mine.ptr(), 1, all.ptr(), MLSL::DT_DOUBLE, gt));
+    std::snprintf(what, sizeof what, "members of %s group (AllGather of global ranks)",
+                  mlsl_ref::group_name(gt));
+    for (size_t i = 0; i < grp.size(); ++i)
+      chk.expect(what, i, static_cast<double>(grp.members[i]), all.get(i));
+  }
+}
+
+size_t run_matrix(DistUnderTest& d, bool with_global) {
+  size_t posted = 0;
+  const GroupType kGroups[] = {MLSL::GT_DATA, MLSL::GT_MODEL, MLSL::GT_GLOBAL};
+  for (GroupType gt : kGroups) {
+    if (gt == MLSL::GT_GLOBAL && !with_global) continue;  // the same group in every distribution
+    for (const Case& c : build_cases(gt, mlsl_ref::group_of(d.layout, gt).size())) {
+      Run(d, c).run();
+      ++posted;
+    }
+  }
+  return posted;
+}
+
+// 300 AllReduces posted before any is completed; half the buffers from the arena, half from
+// the heap; completed in posting order, every third by a Test loop. nodecomm refuses a 257th
+// operation in flight per client, so the layer must complete older ones and retry (plan §0.8).
+void flood(DistUnderTest& d) {
+  const size_t kOps = 300, kCount = 7;
+  std::vector<ApiBuf*> bufs;
+  std::vector<CommReq*> reqs;
+  for (size_t k = 0; k < kOps; ++k) {
+    bufs.push_back(new ApiBuf(k % 2 == 0, MLSL::DT_FLOAT, kCount));
+    for (size_t i = 0; i < kCount; ++i)
+      bufs[k]->set(i, mlsl_ref::input_value(MLSL::DT_FLOAT, g_rank, i, 100000 + k));
+    reqs.push_back(d.dist->AllReduce(bufs[k]->ptr(), bufs[k]->ptr(), kCount, MLSL::DT_FLOAT,
+                                     MLSL::RT_SUM, MLSL::GT_GLOBAL));
+  }
+  std::set<CommReq*> distinct(reqs.begin(), reqs.end());
+  Checker chk;
+  chk.what = "flood of 300 AllReduce (in place, global) on dist " + d.name;
+  chk.expect_true(distinct.size() == kOps, "the 300 requests are not distinct tokens");
+  const size_t n = d.layout.global.size();
+  for (size_t k = 0; k < kOps; ++k) {
+    complete(reqs[k], k % 3 == 2);
+    for (size_t i = 0; i < kCount; ++i) {
+      double sum = 0;
+      for (size_t r = 0; r < n; ++r)
+        sum += mlsl_ref::input_value(MLSL::DT_FLOAT, r, i, 100000 + k);
+      chk.expect(k % 2 == 0 ? "op k (Alloc) buffer" : "op k (malloc) buffer", k * 100 + i, sum,
+                 bufs[k]->get(i));
+    }
+    delete bufs[k];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment.
+
+bool aligned(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+void check_alloc(const char* when) {
+  Checker chk;
+  chk.what = std::string("Environment::Alloc ") + when;
+  const size_t kAlign[] = {8, 64, 4096, 65536};
+  const size_t kSizes[] = {1, 100, 70000, 1 << 20};
+  for (size_t a : kAlign)
+    for (size_t s : kSizes) {
+      void* p = env().Alloc(s, a);
+      char msg[128];
+      std::snprintf(msg, sizeof msg, "Alloc(%zu, %zu) = %p: NULL or not aligned", s, a, p);
+      chk.expect_true(p != nullptr && aligned(p, a), msg);
+      if (p == nullptr) continue;
+      std::memset(p, 0x5A, s);  // the whole block is writable (ASan would object otherwise)
+      env().Free(p);
+    }
+  void* zero = env().Alloc(0, 64);
+  chk.expect_true(zero != nullptr, "Alloc(0, 64) returned NULL");
+  env().Free(zero);
+  env().Free(nullptr);  // a no-op
+}
+
+void check_quant_params() {
+  Checker chk;
+  chk.what = "Environment::SetQuantizationParams/GetQuantizationParams";
+  chk.expect_true(env().GetQuantizationParams() == nullptr, "GetQuantizationParams before Set");
+  MLSL::QuantParams qp;
+  qp.lib_path = strdup("/nonexistent/libdlcomp.so");
+  qp.quant_buffer_func_name = strdup("dl_comp_compress_buffer");
+  qp.dequant_buffer_func_name = strdup("dl_comp_decompress_buffer");
+  qp.reduce_sum_func_name = strdup("dl_comp_compressed_buffer_reduce_sum");
+  qp.block_size = 268;
+  qp.elem_in_block = 256;
+  env().SetQuantizationParams(&qp);
+  // The library keeps a deep copy: the caller frees its strings right away (MLSL's example does).
+  std::free(qp.lib_path);
+  std::free(qp.quant_buffer_func_name);
+  std::free(qp.dequant_buffer_func_name);
+  std::free(qp.reduce_sum_func_name);
+  MLSL::QuantParams* got = env().GetQuantizationParams();
+  chk.expect_true(got != nullptr && got != &qp, "GetQuantizationParams is not a copy");
+  if (got == nullptr || got == &qp) return;
+  auto same = [](const char* a, const char* b) { return a && std::strcmp(a, b) == 0; };
+  chk.expect_true(same(got->lib_path, "/nonexistent/libdlcomp.so"), "lib_path");
+  chk.expect_true(same(got->quant_buffer_func_name, "dl_comp_compress_buffer"),
+                  "quant_buffer_func_name");
+  chk.expect_true(same(got->dequant_buffer_func_name, "dl_comp_decompress_buffer"),
+                  "dequant_buffer_func_name");
+  chk.expect_true(same(got->reduce_sum_func_name, "dl_comp_compressed_buffer_reduce_sum"),
+                  "reduce_sum_func_name");
+  chk.expect_true(got->block_size == 268 && got->elem_in_block == 256, "block sizes");
+}
+
+size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<size_t>(std::strtoul(v, nullptr, 10)) : fallback;
+}
+
+std::vector<DistUnderTest> make_distributions(size_t n) {
+  std::vector<std::pair<size_t, size_t>> shapes = {{n, 1}};
+  if (n % 2 == 0) shapes.push_back({n / 2, 2});
+  shapes.push_back({1, n});
+  const std::pair<size_t, size_t> kReplicated[] = {{1, 1}, {2, 1}, {1, 2}};
+  for (auto s : kReplicated)
+    if (n % (s.first * s.second) == 0) shapes.push_back(s);
+  std::vector<DistUnderTest> out;
+  std::set<std::pair<size_t, size_t>> seen;
+  for (auto s : shapes) {
+    if (!seen.insert(s).second) continue;
+    DistUnderTest d;
+    d.name = std::to_string(s.first) + "x" + std::to_string(s.second);
+    d.dist = env().CreateDistribution(s.first, s.second);
+    d.layout = mlsl_ref::grid_layout(n, g_rank, s.first, s.second);
+    out.push_back(d);
+  }
+  if (n % 2 == 0 && n >= 4) {
+    // The (n/2) x 2 grid transposed: model groups are the ranks of equal parity, data groups
+    // the consecutive pairs.
+    std::vector<int> dc(n), mc(n);
+    for (size_t j = 0; j < n; ++j) {
+      dc[j] = static_cast<int>(j / 2);
+      mc[j] = static_cast<int>(j % 2);
+    }
+    DistUnderTest d;
+    d.name = "colors(data=g/2,model=g%2)";
+    d.dist = env().CreateDistributionWithColors(dc[g_rank], mc[g_rank]);
+    d.layout = mlsl_ref::color_layout(n, g_rank, dc, mc);
+    out.push_back(d);
+  }
+  return out;
+}
+
+int run_all(int argc, char** argv) {
+  Checker chk;
+  chk.what = "Environment";
+  const int version = Environment::GetVersion();
+  chk.expect("GetVersion", 0, 65536, version);
+  chk.expect("GetVersion vs MLSL_VERSION(1, 0)", 0, MLSL_VERSION(1, 0), version);
+  chk.expect_true(MLSL_MAJOR(version) == MLSL_MAJOR_VERSION, "MLSL_MAJOR(GetVersion())");
+  chk.expect_true(!env().IsInitialized(), "IsInitialized() before Init");
+  // Alloc before Init falls back to the heap; one block stays to be freed after Init.
+  check_alloc("before Init");
+  void* early = env().Alloc(1000, 4096);
+  chk.expect_true(early != nullptr && aligned(early, 4096), "Alloc(1000, 4096) before Init");
+
+  env().Init(&argc, &argv);
+  chk.expect_true(env().IsInitialized(), "IsInitialized() after Init");
+  g_rank = env().GetProcessIdx();
+  const size_t n = env().GetProcessCount();
+  // nodecomm-launch tells every rank its world rank and the layout.
+  const size_t hint = env_size("NODECOMM_WORLD_RANK_HINT", g_rank);
+  chk.expect("GetProcessIdx vs NODECOMM_WORLD_RANK_HINT", 0, hint, g_rank);
+  const size_t launched = env_size("NODECOMM_NODES", 1) * env_size("NODECOMM_LOCAL_SIZE", n);
+  chk.expect("GetProcessCount vs NODECOMM_NODES x NODECOMM_LOCAL_SIZE", 0, launched, n);
+  if (early) env().Free(early);
+  check_alloc("after Init");
+  check_quant_params();
+
+  std::vector<DistUnderTest> dists = make_distributions(n);
+  size_t posted = 0;
+  for (size_t k = 0; k < dists.size(); ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check_groups(dists[k]);
+    const size_t ops = run_matrix(dists[k], k == 0);
+    posted += ops;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (g_rank == 0)
+      std::printf("[0] dist %s: %zu collectives in %.2f s\n", dists[k].name.c_str(), ops, s);
+  }
+  flood(dists[0]);
+  for (DistUnderTest& d : dists) env().DeleteDistribution(d.dist);
+  env().Finalize();
+  chk.expect_true(!env().IsInitialized(), "IsInitialized() after Finalize");
+  if (g_failures != 0) {
+    std::printf("[%zu] mlsl_api_check: %zu mismatches\n", g_rank, g_failures);
+    return 1;
+  }
+  std::printf("[%zu] mlsl_api_check: %zu collectives + 300 in flight, all exact\n", g_rank,
+              posted);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse modes: each must end the process (status 1, a message from the library). Reaching the
+// end of one is itself the failure, reported with status 0 so the script tells it apart.
+
+int unexpected(const char* mode, const char* what) {
+  std::printf("[%zu] mlsl_api_check --mode %s: UNEXPECTED: %s returned instead of failing\n",
+              g_rank, mode, what);
+  std::fflush(stdout);
+  return 0;
+}
+
+int run_mode(const std::string& mode, int argc, char** argv) {
+  if (mode == "idx-before-init") {
+    env().GetProcessIdx();
+    return unexpected(mode.c_str(), "GetProcessIdx before Init");
+  }
+  env().Init(&argc, &argv);
+  g_rank = env().GetProcessIdx();
+  const size_t n = env().GetProcessCount();
+  if (mode == "init-twice") {
+    env().Init(&argc, &argv);
+    return unexpected(mode.c_str(), "a second Init");
+  }
+  if (mode == "not-multiple") {
+    env().CreateDistribution(n + 1, 1);
+    return unexpected(mode.c_str(), "CreateDistribution(world + 1, 1)");
+  }
+  Distribution* dist = env().CreateDistribution(n, 1);
+  ApiBuf b(true, MLSL::DT_FLOAT, 16);
+  b.fill(1);
+  if (mode == "wait-twice") {
+    CommReq* req = dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM,
+                                   MLSL::GT_GLOBAL);
+    env().Wait(req);
+    env().Wait(req);
+    return unexpected(mode.c_str(), "a second Wait on one request");
+  }
+  if (mode == "test-then-wait") {
+    CommReq* req = dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM,
+                                   MLSL::GT_GLOBAL);
+    complete(req, true);
+    env().Wait(req);
+    return unexpected(mode.c_str(), "Wait after Test reported completion");
+  }
+  if (mode == "bad-root") {
+    env().Wait(dist->Bcast(b.ptr(), 16, MLSL::DT_FLOAT, n, MLSL::GT_GLOBAL));
+    return unexpected(mode.c_str(), "Bcast with root == group size");
+  }
+  if (mode == "mismatch") {
+    // Rank 0 reduces while the others broadcast: nodecomm fails every member with its
+    // mismatch text instead of hanging (MLSL would hang).
+    CommReq* req =
+        g_rank == 0
+            ? dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM, MLSL::GT_GLOBAL)
+            : dist->Bcast(b.ptr(), 16, MLSL::DT_FLOAT, 0, MLSL::GT_GLOBAL);
+    env().Wait(req);
+    return unexpected(mode.c_str(), "Wait on mismatched collectives");
+  }
+  MLSL::Session* session = env().CreateSession();
+  session->SetGlobalMinibatchSize(4 * n);
+  if (mode == "start-in-flight") {
+    MLSL::OperationRegInfo* info = session->CreateOperationRegInfo(MLSL::OT_CC);
+    info->SetName("start_in_flight");
+    info->AddInput(4, 2, MLSL::DT_FLOAT);
+    info->AddOutput(4, 2, MLSL::DT_FLOAT);
+    info->AddParameterSet(9, 3, MLSL::DT_FLOAT);
+    MLSL::Operation* op = session->GetOperation(session->AddOperation(info, dist));
+    session->DeleteOperationRegInfo(info);
+    session->Commit();
+    MLSL::ParameterSet* ps = op->GetParameterSet(0);
+    ApiBuf grad(true, MLSL::DT_FLOAT, ps->GetLocalKernelCount() * ps->GetKernelSize());
+    grad.fill(1);
+    ps->StartGradientComm(grad.ptr());
+    ps->StartGradientComm(grad.ptr());
+    return unexpected(mode.c_str(), "StartGradientComm while the previous one is in flight");
+  }
+  if (mode == "unsupported-exchange") {
+    // A CC output spread over a 1 x n model group feeding a consumer that is itself split by
+    // model (or the same shape as another object): none of MLSL's exchange cases applies.
+    Distribution* other = n >= 4 && n % 2 == 0 ? env().CreateDistribution(n / 2, 2)
+                                               : env().CreateDistribution(1, n);
+    Distribution* first = env().CreateDistribution(1, n);
+    MLSL::Operation* ops[2];
+    for (int k = 0; k < 2; ++k) {
+      MLSL::OperationRegInfo* info = session->CreateOperationRegInfo(MLSL::OT_CC);
+      info->SetName(k == 0 ? "producer" : "consumer");
+      info->AddInput(8, 2, MLSL::DT_FLOAT);
+      info->AddOutput(8, 2, MLSL::DT_FLOAT);
+      ops[k] = session->GetOperation(session->AddOperation(info, k == 0 ? first : other));
+      session->DeleteOperationRegInfo(info);
+    }
+    ops[1]->SetPrev(ops[0], 0, 0);
+    session->Commit();
+    return unexpected(mode.c_str(), "Commit of an unsupported activation exchange");
+  }
+  std::fprintf(stderr, "mlsl_api_check: unknown --mode '%s'\n", mode.c_str());
+  return 2;
+}
+
+}  // namespace api_check
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "--mode") == 0) return api_check::run_mode(argv[2], argc, argv);
+  if (argc >= 2) {
+    std::fprintf(stderr, "usage: mlsl_api_check [--mode MODE]\n");
+    return 2;
+  }
+  return api_check::run_all(argc, argv);
+}
