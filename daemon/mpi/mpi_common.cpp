@@ -42,6 +42,43 @@ MPI_Op to_mpi(proto::RedOp op) {
   }
 }
 
+namespace {
+
+// MPI_User_function over MPI_INT8_T or MPI_UINT8_T: modulo-256 arithmetic is the same for both.
+void wrapping_sum8(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const uint8_t*>(in);
+  auto* b = static_cast<uint8_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<uint8_t>(a[i] + b[i]);
+}
+
+void wrapping_prod8(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const auto* a = static_cast<const uint8_t*>(in);
+  auto* b = static_cast<uint8_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<uint8_t>(a[i] * b[i]);
+}
+
+MPI_Op created_op(MPI_User_function* fn) {
+  MPI_Op op = MPI_OP_NULL;
+  check_mpi(MPI_Op_create(fn, /*commute=*/1, &op), "MPI_Op_create", 0);
+  return op;
+}
+
+}  // namespace
+
+MPI_Op to_mpi(proto::RedOp op, proto::DType t) {
+  const bool byte = t == proto::DType::kU8 || t == proto::DType::kI8;
+  if (byte && op == proto::RedOp::kSum) {
+    // Created on first use, after MPI_Init, by the thread that drives MPI; kept until exit.
+    static const MPI_Op sum8 = created_op(&wrapping_sum8);
+    return sum8;
+  }
+  if (byte && op == proto::RedOp::kProd) {
+    static const MPI_Op prod8 = created_op(&wrapping_prod8);
+    return prod8;
+  }
+  return to_mpi(op);
+}
+
 int mpi_tag_ub() {
   int* tag_ub = nullptr;
   int found = 0;

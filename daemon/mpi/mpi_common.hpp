@@ -23,6 +23,10 @@ namespace nodecomm::daemon {
 // the wire; the engine divides afterwards).
 MPI_Datatype to_mpi(proto::DType t);
 MPI_Op to_mpi(proto::RedOp op);
+// The op for `op` on `t`: 8-bit sums and products get nodecomm's own op that wraps modulo 256,
+// as the daemon's kernels do. Open MPI 4.1's op/avx component saturates them instead
+// (open-mpi/ompi#8045, "wontfix"), so an inter-node u8 sum of 200 and 100 came back 255.
+MPI_Op to_mpi(proto::RedOp op, proto::DType t);
 
 // The top of MPI's tag space is kept for the messages that may arrive after their receiver
 // freed the communicator (heartbeats, notices, a formation's messages to a daemon that already

@@ -109,8 +109,8 @@ class MpiTransport final : public Transport {
                                   proto::RedOp op) override {
     Pending p;
     p.test_what = "MPI_Test (allreduce)";
-    check(MPI_Iallreduce(MPI_IN_PLACE, buffer, checked_count(count), to_mpi(dtype), to_mpi(op),
-                         groups_->comm(comm), &p.request),
+    check(MPI_Iallreduce(MPI_IN_PLACE, buffer, checked_count(count), to_mpi(dtype),
+                         to_mpi(op, dtype), groups_->comm(comm), &p.request),
           "MPI_Iallreduce");
     return remember(std::move(p));
   }
@@ -127,7 +127,7 @@ class MpiTransport final : public Transport {
     Pending p;
     if (fit(node_counts)) {
       p.a = to_int(node_counts);
-      check(MPI_Ireduce_scatter(MPI_IN_PLACE, buffer, p.a.data(), to_mpi(dtype), to_mpi(op),
+      check(MPI_Ireduce_scatter(MPI_IN_PLACE, buffer, p.a.data(), to_mpi(dtype), to_mpi(op, dtype),
                                 groups_->comm(comm), &p.request),
             "MPI_Ireduce_scatter");
       return remember(std::move(p));
@@ -287,8 +287,8 @@ class MpiTransport final : public Transport {
       const size_t n = std::min(max_count_, count - std::min(count, i * max_count_));
       MPI_Request r = MPI_REQUEST_NULL;
       check(MPI_Ireduce(root ? MPI_IN_PLACE : at, root ? at : nullptr, checked_count(n),
-                        to_mpi(dtype), to_mpi(op), static_cast<int>(root_node), groups_->comm(comm),
-                        &r),
+                        to_mpi(dtype), to_mpi(op, dtype), static_cast<int>(root_node),
+                        groups_->comm(comm), &r),
             "MPI_Ireduce");
       if (i == 0) {
         p.request = r;
