@@ -1,0 +1,47 @@
+# The MLSL layer through its C API (mlsl.h) and its Python module (plan §7.4). Included from
+# tests/mlsl/CMakeLists.txt, which sets MLSL_LAUNCH and MLSL_LAYOUTS.
+
+# mlsl_c_check: a C99 program that links `mlsl` alone and includes only mlsl.h.
+add_executable(mlsl_c_check mlsl_c_check.c)
+set_target_properties(mlsl_c_check PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON
+                                              C_EXTENSIONS OFF)
+target_compile_options(mlsl_c_check PRIVATE -pedantic)
+target_link_libraries(mlsl_c_check PRIVATE mlsl)
+
+# mlsl.h is C89: one translation unit that includes it, built -std=c89 -pedantic -Werror on
+# every build (an object library: nothing to run).
+add_library(mlsl_h_c89 OBJECT mlsl_h_c89.c)
+set_target_properties(mlsl_h_c89 PROPERTIES C_STANDARD 90 C_STANDARD_REQUIRED ON
+                                            C_EXTENSIONS OFF)
+target_compile_options(mlsl_h_c89 PRIVATE -pedantic -Werror)
+target_link_libraries(mlsl_h_c89 PRIVATE mlsl)
+
+# The Python checks run /usr/bin/python3 (Python3_EXECUTABLE, see python/CMakeLists.txt) with
+# PYTHONPATH at the build tree's modules, and are skipped (77) when it lacks numpy.
+set(MLSL_PY_LAUNCH bash ${PROJECT_SOURCE_DIR}/tests/python/with_modules.sh ${Python3_EXECUTABLE}
+                   numpy ${CMAKE_BINARY_DIR}/python)
+
+# Each launch runs in a directory of its own: Statistics::Print writes mlsl_stats.log into the
+# working directory, and tests run in parallel.
+set(MLSL_C_PY_WORK ${CMAKE_CURRENT_BINARY_DIR}/work)
+foreach(layout ${MLSL_LAYOUTS})
+  string(REPLACE "x" ";" nr ${layout})
+  list(GET nr 0 nodes)
+  list(GET nr 1 ranks)
+  set(launch ${MLSL_LAUNCH} --nodes ${nodes} --ranks-per-node ${ranks} --)
+
+  file(MAKE_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_c_check_${layout})
+  add_test(NAME mlsl_c_check_${layout}
+           COMMAND ${CMAKE_COMMAND} -E env NODECOMM_TIMEOUT_SEC=120
+                   ${launch} $<TARGET_FILE:mlsl_c_check>
+           WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_c_check_${layout})
+  set_tests_properties(mlsl_c_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300)
+
+  file(MAKE_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
+  add_test(NAME mlsl_py_check_${layout}
+           COMMAND ${MLSL_PY_LAUNCH} ${CMAKE_COMMAND} -E env NODECOMM_TIMEOUT_SEC=120
+                   ${launch} ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_py_check.py
+           WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
+  set_tests_properties(mlsl_py_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300
+                       RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+endforeach()
