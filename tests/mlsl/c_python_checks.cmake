@@ -37,10 +37,17 @@ foreach(layout ${MLSL_LAYOUTS})
            WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_c_check_${layout})
   set_tests_properties(mlsl_c_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300)
 
+  # On 2x2 the module initializes itself at import (MLSL_ALLOW_REINIT=1); elsewhere the script
+  # calls init() first.
+  set(py_args "")
+  if(layout STREQUAL "2x2")
+    set(py_args --import-init)
+  endif()
   file(MAKE_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
   add_test(NAME mlsl_py_check_${layout}
            COMMAND ${MLSL_PY_LAUNCH} ${CMAKE_COMMAND} -E env NODECOMM_TIMEOUT_SEC=120
                    ${launch} ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_py_check.py
+                   ${py_args}
            WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
   set_tests_properties(mlsl_py_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300
                        RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
