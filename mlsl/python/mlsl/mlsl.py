@@ -231,7 +231,9 @@ class _Library:
 def _candidate_paths():
     override = os.environ.get("MLSL_LIBRARY")
     if override:
+        # An explicit choice: falling back to another library would hide the mistake.
         yield override
+        return
     try:
         from . import _libpath  # written by CMake: the build tree's or the installed library
 
