@@ -18,49 +18,47 @@
 
 namespace {
 
-using nodecomm::mlsl::HandleKind;
-
 // What each handle type of mlsl.h names, for the live check and for messages.
 template <class T>
 struct c_api_kind;
 template <>
 struct c_api_kind<MLSL::Session> {
-  static constexpr HandleKind kind = HandleKind::session;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::session;
   static constexpr const char* noun = "session";
 };
 template <>
 struct c_api_kind<MLSL::Distribution> {
-  static constexpr HandleKind kind = HandleKind::distribution;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::distribution;
   static constexpr const char* noun = "distribution";
 };
 template <>
 struct c_api_kind<MLSL::OperationRegInfo> {
-  static constexpr HandleKind kind = HandleKind::reg_info;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::reg_info;
   static constexpr const char* noun = "operation reg info";
 };
 template <>
 struct c_api_kind<MLSL::Operation> {
-  static constexpr HandleKind kind = HandleKind::operation;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::operation;
   static constexpr const char* noun = "operation";
 };
 template <>
 struct c_api_kind<MLSL::Activation> {
-  static constexpr HandleKind kind = HandleKind::activation;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::activation;
   static constexpr const char* noun = "activation";
 };
 template <>
 struct c_api_kind<MLSL::CommBlockInfo> {
-  static constexpr HandleKind kind = HandleKind::block;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::block;
   static constexpr const char* noun = "comm block info";
 };
 template <>
 struct c_api_kind<MLSL::ParameterSet> {
-  static constexpr HandleKind kind = HandleKind::parameter_set;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::parameter_set;
   static constexpr const char* noun = "parameter set";
 };
 template <>
 struct c_api_kind<MLSL::Statistics> {
-  static constexpr HandleKind kind = HandleKind::statistics;
+  static constexpr nodecomm::mlsl::HandleKind kind = nodecomm::mlsl::HandleKind::statistics;
   static constexpr const char* noun = "statistics";
 };
 
