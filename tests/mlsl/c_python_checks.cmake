@@ -30,10 +30,19 @@ foreach(layout ${MLSL_LAYOUTS})
   list(GET nr 1 ranks)
   set(launch ${MLSL_LAUNCH} --nodes ${nodes} --ranks-per-node ${ranks} --)
 
+  # Statistics are on (MLSL_STATS=1) for the C check on 4x1 and the Python check on 1x4: the
+  # checks then assert what they count; elsewhere that every call is a successful no-op.
+  set(c_env NODECOMM_TIMEOUT_SEC=120)
+  set(py_env NODECOMM_TIMEOUT_SEC=120)
+  if(layout STREQUAL "4x1")
+    list(APPEND c_env MLSL_STATS=1)
+  elseif(layout STREQUAL "1x4")
+    list(APPEND py_env MLSL_STATS=1)
+  endif()
+
   file(MAKE_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_c_check_${layout})
   add_test(NAME mlsl_c_check_${layout}
-           COMMAND ${CMAKE_COMMAND} -E env NODECOMM_TIMEOUT_SEC=120
-                   ${launch} $<TARGET_FILE:mlsl_c_check>
+           COMMAND ${CMAKE_COMMAND} -E env ${c_env} ${launch} $<TARGET_FILE:mlsl_c_check>
            WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_c_check_${layout})
   set_tests_properties(mlsl_c_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300)
 
@@ -45,7 +54,7 @@ foreach(layout ${MLSL_LAYOUTS})
   endif()
   file(MAKE_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
   add_test(NAME mlsl_py_check_${layout}
-           COMMAND ${MLSL_PY_LAUNCH} ${CMAKE_COMMAND} -E env NODECOMM_TIMEOUT_SEC=120
+           COMMAND ${MLSL_PY_LAUNCH} ${CMAKE_COMMAND} -E env ${py_env}
                    ${launch} ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_py_check.py
                    ${py_args}
            WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
