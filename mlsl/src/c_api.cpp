@@ -77,8 +77,10 @@ unsigned long long c_api_handle(T* object) {
   return static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(object));
 }
 
+// mlsl.h defines handles as integers, so turning one back into a pointer is the point.
 template <class T>
 T* c_api_pointer(unsigned long long handle) {
+  // NOLINTNEXTLINE(performance-no-int-to-ptr)
   return reinterpret_cast<T*>(static_cast<std::uintptr_t>(handle));
 }
 
