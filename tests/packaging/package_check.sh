@@ -46,8 +46,8 @@ if grep -q '^NODECOMM_MLSL:BOOL=ON' "$BUILD/CMakeCache.txt"; then
   done
   for f in 'libmlsl\.so\.1' 'libmlsl\.so' 'pkgconfig/mlsl\.pc' 'cmake/mlsl/mlslConfig\.cmake' \
            'cmake/mlsl/mlslConfigVersion\.cmake' 'cmake/mlsl/mlslTargets\.cmake'; do
-    printf '%s\n' "$contents" | grep -Eq "^\./usr/lib/(x86_64-linux-gnu/)?$f\$" && pass "holds $f" ||
-      fail "no $f in the package"
+    printf '%s\n' "$contents" | grep -Eq "^\./usr/lib/(x86_64-linux-gnu/)?$f\$" && pass "holds ${f//\\/}" ||
+      fail "no ${f//\\/} in the package"
   done
   printf '%s\n' "$contents" | grep -q '/mlsl/__init__\.py$' && pass "holds the Python module mlsl" ||
     fail "no Python module mlsl in the package"
