@@ -53,7 +53,9 @@ nc_comm_t activation_dup_global() {
 
 }  // namespace
 
-BlockImpl::~BlockImpl() { Runtime::get().remove_live(HandleKind::block, this); }
+BlockImpl::~BlockImpl() {
+  Runtime::get().remove_live(HandleKind::block, this);
+}
 
 ActivationImpl::ActivationImpl(OperationImpl* op, bool input, size_t index,
                                const ActivationShape& shape)
@@ -63,8 +65,7 @@ ActivationImpl::ActivationImpl(OperationImpl* op, bool input, size_t index,
       global_fm(shape.fm_count),
       fm_size(shape.fm_size),
       type(shape.type),
-      request("operation " + op->name + (input ? " input " : " output ") +
-              std::to_string(index)) {
+      request("operation " + op->name + (input ? " input " : " output ") + std::to_string(index)) {
   Runtime::get().add_live(HandleKind::activation, this);
 }
 
@@ -131,8 +132,10 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
     // Case 1: partial sums reduced and scattered over the model group, gathered back.
     const size_t c = LI * mbI * SI;
     activation_require(FO % MO == 0 && (FO / MO) * SO * mbO == c,
-                       where + ": " + std::to_string(FO) + " feature maps do not split evenly "
-                               "over " + std::to_string(MO) + " model parts");
+                       where + ": " + std::to_string(FO) +
+                           " feature maps do not split evenly "
+                           "over " +
+                           std::to_string(MO) + " model parts");
     const auto m = static_cast<size_t>(dO.model_index());
     fwd = SendPlan{SendPlan::Kind::reduce_scatter, dO.model_comm(), c, 0, MO * c, (MO + 1) * c};
     bwd = SendPlan{SendPlan::Kind::allgather, dO.model_comm(), c, m * c, 0, MO * c};
@@ -155,8 +158,8 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
       const int g = rt.rank();
       const int R = g / L;
       const int p = g % L;
-      const int src = R * L + (p % static_cast<int>(DO)) * static_cast<int>(MO) +
-                      p / static_cast<int>(DO);
+      const int src =
+          R * L + (p % static_cast<int>(DO)) * static_cast<int>(MO) + p / static_cast<int>(DO);
       // dst is src's inverse: the q with transpose(q) == p.
       int dst = -1;
       for (int q = 0; q < L; ++q) {
@@ -212,10 +215,10 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
     const size_t got = activation_grid_blocks(in.unpack, mbI, LI, lm, fx / SI, SI, c, t);
     activation_grid_blocks(in.pack, mbI, LI, lm, fx / SI, SI, c, t);
     activation_grid_blocks(out.unpack, mbO, LO, lm, fx / SO, SO, c, t);
-    activation_require(sent == n && got == n,
-                       where + ": " + std::to_string(sent) + " blocks to send and " +
-                           std::to_string(got) + " to receive, but the group has " +
-                           std::to_string(n) + " members (not supported)");
+    activation_require(sent == n && got == n, where + ": " + std::to_string(sent) +
+                                                  " blocks to send and " + std::to_string(got) +
+                                                  " to receive, but the group has " +
+                                                  std::to_string(n) + " members (not supported)");
     fwd = SendPlan{SendPlan::Kind::alltoall, comm, c, 0, n * c, 2 * n * c};
     bwd = SendPlan{SendPlan::Kind::alltoall, comm, c, 0, n * c, 2 * n * c};
   } else {
@@ -263,8 +266,8 @@ void ActivationImpl::start(void* buf) {
       break;
     case SendPlan::Kind::alltoall:
       x->add_step([=](const nc_op_attr_t* a, nc_request_t* r) {
-        return nc_alltoall(Runtime::get().ctx(), b, b + p.result_offset * elem, p.count, dt,
-                           p.comm, a, r);
+        return nc_alltoall(Runtime::get().ctx(), b, b + p.result_offset * elem, p.count, dt, p.comm,
+                           a, r);
       });
       break;
     case SendPlan::Kind::none:
@@ -281,9 +284,8 @@ void ActivationImpl::start(void* buf) {
     rc[p.permute_from] = p.permute_count;
     // Received behind the sent slice (recv base = the result area), so the two never overlap.
     x->add_step([=](const nc_op_attr_t* a, nc_request_t* r) {
-      return nc_alltoallv(Runtime::get().ctx(), b, sc.data(), so.data(),
-                          b + p.result_offset * elem, rc.data(), ro.data(), dt, p.permute_comm, a,
-                          r);
+      return nc_alltoallv(Runtime::get().ctx(), b, sc.data(), so.data(), b + p.result_offset * elem,
+                          rc.data(), ro.data(), dt, p.permute_comm, a, r);
     });
   }
   request.start(std::move(x), b + p.result_offset * elem);

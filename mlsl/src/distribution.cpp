@@ -44,7 +44,9 @@ DistributionImpl::DistributionImpl(int id, nc_comm_t data, nc_comm_t model)
   Runtime::get().add_live(HandleKind::distribution, this);
 }
 
-DistributionImpl::~DistributionImpl() { Runtime::get().remove_live(HandleKind::distribution, this); }
+DistributionImpl::~DistributionImpl() {
+  Runtime::get().remove_live(HandleKind::distribution, this);
+}
 
 nc_comm_t DistributionImpl::comm(GroupType group) const {
   switch (group) {
@@ -133,10 +135,10 @@ CommReq* DistributionImpl::post(std::unique_ptr<Exchange> x) {
 
 namespace MLSL {
 
-using nodecomm::mlsl::DistributionImpl;
 using nodecomm::mlsl::distribution_next_id;
 using nodecomm::mlsl::distribution_overlap;
 using nodecomm::mlsl::distribution_require;
+using nodecomm::mlsl::DistributionImpl;
 using nodecomm::mlsl::entry;
 using nodecomm::mlsl::Exchange;
 using nodecomm::mlsl::HandleKind;
@@ -175,14 +177,13 @@ Distribution* Environment::CreateDistribution(size_t dataPartitions, size_t mode
       throw Misuse("part counts " + std::to_string(dataPartitions) + " x " +
                    std::to_string(modelPartitions) + " are too large");
     }
-    const auto layout =
-        nodecomm::mlsl::grid_layout(rt.rank(), rt.size(), static_cast<int>(dataPartitions),
-                                    static_cast<int>(modelPartitions));
+    const auto layout = nodecomm::mlsl::grid_layout(
+        rt.rank(), rt.size(), static_cast<int>(dataPartitions), static_cast<int>(modelPartitions));
     nc_comm_t model = NC_COMM_NULL;
     nc_comm_t data = NC_COMM_NULL;
-    nodecomm::mlsl::check_nc(nc_comm_split(rt.ctx(), rt.global(), layout.model_color, rt.rank(),
-                                           &model),
-                             "CreateDistribution: the model group");
+    nodecomm::mlsl::check_nc(
+        nc_comm_split(rt.ctx(), rt.global(), layout.model_color, rt.rank(), &model),
+        "CreateDistribution: the model group");
     nodecomm::mlsl::check_nc(
         nc_comm_split(rt.ctx(), rt.global(), layout.data_color, rt.rank(), &data),
         "CreateDistribution: the data group");
@@ -422,14 +423,14 @@ CommReq* Distribution::AllGatherv(void* sendBuffer, size_t sendCount, void* recv
     const int me = d.index(groupType);
     distribution_require(sendCount == counts[me],
                          "AllGatherv: sendCount " + std::to_string(sendCount) +
-                             " differs from recvCounts[" + std::to_string(me) + "] = " +
-                             std::to_string(counts[me]));
+                             " differs from recvCounts[" + std::to_string(me) +
+                             "] = " + std::to_string(counts[me]));
     auto x = d.exchange("AllGatherv", groupType, total * elem);
     const void* send = sendBuffer;
     const size_t bytes = sendCount * elem;
     const bool in_place = sendBuffer == recvBuffer;
-    if (bytes != 0 && (in_place || distribution_overlap(sendBuffer, bytes, recvBuffer,
-                                                        total * elem))) {
+    if (bytes != 0 &&
+        (in_place || distribution_overlap(sendBuffer, bytes, recvBuffer, total * elem))) {
       // nodecomm's allgatherv is never in place: stage this member's block.
       const char* from = static_cast<const char*>(sendBuffer) + (in_place ? displs[me] * elem : 0);
       void* copy = x->scratch(bytes);
@@ -494,8 +495,7 @@ CommReq* Distribution::ReduceScatter(void* sendBuffer, void* recvBuffer, size_t 
       if (me != 0 && block != 0) {
         x->on_done([base, me, block] { std::memmove(base, base + me * block, block); });
       }
-    } else if (block != 0 &&
-               distribution_overlap(sendBuffer, block * n, recvBuffer, block) &&
+    } else if (block != 0 && distribution_overlap(sendBuffer, block * n, recvBuffer, block) &&
                recvBuffer != static_cast<char*>(sendBuffer) + me * block) {
       void* copy = x->scratch(block * n);
       std::memcpy(copy, sendBuffer, block * n);

@@ -40,8 +40,9 @@ void ParameterSetImpl::prepare() {
     if (shape.type == DT_FLOAT && !shape.distributed_update) {
       compress = rt.settings().quant;
     } else if (rt.rank() == 0) {
-      rt.log(0, describe() + ": CT_QUANTIZATION applies to DT_FLOAT gradients without "
-                             "distributed update only; this one goes uncompressed");
+      rt.log(0, describe() +
+                    ": CT_QUANTIZATION applies to DT_FLOAT gradients without "
+                    "distributed update only; this one goes uncompressed");
     }
   }
   gradient_buf = Scratch();
@@ -91,8 +92,8 @@ void ParameterSetImpl::start_increment(void* buf) {
   auto x = std::make_unique<Exchange>(describe() + " increment exchange");
   x->set_owner(op);
   x->set_attr(rt.priority_for(part.local * shape.kernel_size * elem),
-              "mlsl.s" + std::to_string(op->session->id) + ".op" + std::to_string(op->index) +
-                  "." + op->name + ".p" + std::to_string(index) + ".inc");
+              "mlsl.s" + std::to_string(op->session->id) + ".op" + std::to_string(op->index) + "." +
+                  op->name + ".p" + std::to_string(index) + ".inc");
   const nc_comm_t comm = op->dist->data_comm();
   // Each process's updated part is already at its place in the full buffer: nodecomm's
   // in-place allgather (send = recv + rank * count).

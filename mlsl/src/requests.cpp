@@ -16,7 +16,9 @@ bool requests_refused_for_room(nc_status_t status) {
 CommReq* requests_token(uint64_t seq) {
   return reinterpret_cast<CommReq*>(static_cast<uintptr_t>(seq * 16));
 }
-uint64_t requests_seq(const void* token) { return reinterpret_cast<uintptr_t>(token) / 16; }
+uint64_t requests_seq(const void* token) {
+  return reinterpret_cast<uintptr_t>(token) / 16;
+}
 
 }  // namespace
 
@@ -192,7 +194,9 @@ Exchange* Engine::find(CommReq* token) const {
   return it->second.get();
 }
 
-void Engine::release(CommReq* token) { tokens_.erase(requests_seq(token)); }
+void Engine::release(CommReq* token) {
+  tokens_.erase(requests_seq(token));
+}
 
 bool Engine::token_live(const void* token) const {
   return token != nullptr && reinterpret_cast<uintptr_t>(token) % 16 == 0 &&
@@ -242,6 +246,14 @@ void* Persistent::test(bool* completed) {
   }
   *completed = true;
   return result_;
+}
+
+void Persistent::forget_history() {
+  settle();
+  state_ = State::idle;
+  started_ = false;
+  result_ = nullptr;
+  last_ = nullptr;
 }
 
 void Persistent::settle() {

@@ -47,12 +47,12 @@ class Exchange {
   std::string name_;
   nc_op_attr_t attr_{};
   const void* owner_ = nullptr;
-  size_t next_ = 0;            // the step to post next
-  nc_request_t current_ = 0;   // nodecomm's request of the step in flight
-  bool needs_post_ = false;    // a step finished while another post was retrying
-  bool in_flight_ = false;     // listed in the Engine
+  size_t next_ = 0;           // the step to post next
+  nc_request_t current_ = 0;  // nodecomm's request of the step in flight
+  bool needs_post_ = false;   // a step finished while another post was retrying
+  bool in_flight_ = false;    // listed in the Engine
   bool done_ = false;
-  std::string error_;          // failure found while completing it for someone else
+  std::string error_;  // failure found while completing it for someone else
 };
 
 class Engine {
@@ -101,6 +101,8 @@ class Persistent {
   bool in_flight() const { return state_ == State::in_flight; }
   // Completes an exchange in flight, keeping its result for the next Wait.
   void settle();
+  // Back to never started (after Commit's isolation runs, which the program did not start).
+  void forget_history();
 
  private:
   enum class State { idle, in_flight, complete };

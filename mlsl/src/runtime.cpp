@@ -15,7 +15,7 @@ namespace {
 
 // MLSL variables that configure its endpoint servers or message splitting: the node's nodecommd
 // does that work here, so they are reported once and otherwise ignored.
-struct IgnoredVariable {
+struct RuntimeIgnored {
   const char* name;
   const char* reason;
 };
@@ -25,7 +25,7 @@ constexpr const char* runtime_servers_reason =
 constexpr const char* runtime_split_reason =
     "the daemon chunks and fuses messages itself (nodecommd --sched-chunk-size, "
     "--fusion-threshold)";
-constexpr IgnoredVariable runtime_ignored[] = {
+constexpr RuntimeIgnored runtime_ignored[] = {
     {"MLSL_NUM_SERVERS", runtime_servers_reason},
     {"MLSL_SERVER_AFFINITY", runtime_servers_reason},
     {"MLSL_DYNAMIC_SERVER", runtime_servers_reason},
@@ -61,7 +61,9 @@ long runtime_env_long(const char* name, long fallback) {
   return value;
 }
 
-bool runtime_is_power_of_two(size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+bool runtime_is_power_of_two(size_t n) {
+  return n != 0 && (n & (n - 1)) == 0;
+}
 
 }  // namespace
 
@@ -150,7 +152,9 @@ Scratch& Scratch::operator=(Scratch&& other) noexcept {
   return *this;
 }
 
-Scratch::~Scratch() { release(); }
+Scratch::~Scratch() {
+  release();
+}
 
 void Scratch::release() {
   if (data_ != nullptr) Runtime::get().raw_free(data_, arena_);
@@ -184,11 +188,10 @@ void Runtime::read_settings() {
 
 void Runtime::warn_ignored() const {
   if (rank_ != 0) return;
-  for (const IgnoredVariable& v : runtime_ignored) {
+  for (const RuntimeIgnored& v : runtime_ignored) {
     const char* value = std::getenv(v.name);
     if (value != nullptr) {
-      std::fprintf(stderr, "mlsl: %s=%s is ignored under nodecomm (%s)\n", v.name, value,
-                   v.reason);
+      std::fprintf(stderr, "mlsl: %s=%s is ignored under nodecomm (%s)\n", v.name, value, v.reason);
     }
   }
 }
@@ -380,7 +383,9 @@ bool Runtime::is_live(HandleKind kind, const void* object) const {
   return live_[static_cast<size_t>(kind)].count(object) != 0;
 }
 
-int32_t Runtime::critical_priority() const { return settings_.priority ? INT32_MAX : 0; }
+int32_t Runtime::critical_priority() const {
+  return settings_.priority ? INT32_MAX : 0;
+}
 
 int32_t Runtime::priority_for(size_t bytes) {
   const uint64_t start = starts_++;
@@ -396,6 +401,8 @@ void Runtime::log(int level, const std::string& message) const {
   if (level > settings_.log_level) return;
   std::fprintf(level == 0 ? stderr : stdout, "mlsl[%d]: %s\n", rank_, message.c_str());
 }
+
+EnvironmentImpl::EnvironmentImpl() = default;
 
 bool handle_is_live(HandleKind kind, const void* object) {
   return object != nullptr && Runtime::get().is_live(kind, object);
@@ -415,20 +422,14 @@ using nodecomm::mlsl::entry;
 using nodecomm::mlsl::Misuse;
 using nodecomm::mlsl::Runtime;
 
-namespace {
-// The singleton a program gets; it has no state of its own (Runtime holds it).
-class EnvironmentImpl : public Environment {
- public:
-  EnvironmentImpl() = default;
-};
-}  // namespace
-
 Environment& Environment::GetEnv() {
-  static auto* env = new EnvironmentImpl();
+  static auto* env = new nodecomm::mlsl::EnvironmentImpl();
   return *env;
 }
 
-int Environment::GetVersion() { return MLSL_VERSION(MLSL_MAJOR_VERSION, MLSL_MINOR_VERSION); }
+int Environment::GetVersion() {
+  return MLSL_VERSION(MLSL_MAJOR_VERSION, MLSL_MINOR_VERSION);
+}
 
 void Environment::Configure(const char* config) {
   entry("Environment::Configure", [&] { Runtime::get().configure(config); });
@@ -442,7 +443,9 @@ void Environment::Finalize() {
   entry("Environment::Finalize", [&] { Runtime::get().finalize(); });
 }
 
-bool Environment::IsInitialized() { return Runtime::get().initialized(); }
+bool Environment::IsInitialized() {
+  return Runtime::get().initialized();
+}
 
 size_t Environment::GetProcessIdx() {
   return entry("Environment::GetProcessIdx", [&] {
@@ -491,6 +494,8 @@ void Environment::SetQuantizationParams(QuantParams* params) {
   entry("Environment::SetQuantizationParams", [&] { Runtime::get().set_quant(params); });
 }
 
-QuantParams* Environment::GetQuantizationParams() { return Runtime::get().quant(); }
+QuantParams* Environment::GetQuantizationParams() {
+  return Runtime::get().quant();
+}
 
 }  // namespace MLSL

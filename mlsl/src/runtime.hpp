@@ -84,6 +84,12 @@ class Scratch {
 
 class Engine;
 
+// The singleton Environment::GetEnv returns; it has no state of its own (Runtime holds it).
+class EnvironmentImpl : public Environment {
+ public:
+  EnvironmentImpl();
+};
+
 class Runtime {
  public:
   static Runtime& get();

@@ -119,7 +119,9 @@ using nodecomm::mlsl::session_require;
 using nodecomm::mlsl::SessionImpl;
 
 namespace {
-SessionImpl& session_self(Session* s) { return impl_of<SessionImpl>(s, HandleKind::session, "Session"); }
+SessionImpl& session_self(Session* s) {
+  return impl_of<SessionImpl>(s, HandleKind::session, "Session");
+}
 RegInfoImpl& session_info(OperationRegInfo* i) {
   return impl_of<RegInfoImpl>(i, HandleKind::reg_info, "OperationRegInfo");
 }
@@ -129,11 +131,10 @@ OperationImpl& session_op(Operation* o) {
 
 // Links output `out_idx` of `producer` with input `in_idx` of `consumer` (SetNext and SetPrev
 // both land here; setting the same link from both ends is allowed).
-void session_link(OperationImpl& producer, size_t out_idx, OperationImpl& consumer,
-                  size_t in_idx) {
-  session_require(producer.session == consumer.session,
-                  "operations " + producer.name + " and " + consumer.name +
-                      " belong to different sessions");
+void session_link(OperationImpl& producer, size_t out_idx, OperationImpl& consumer, size_t in_idx) {
+  session_require(
+      producer.session == consumer.session,
+      "operations " + producer.name + " and " + consumer.name + " belong to different sessions");
   session_require(!producer.session->committed, "the session is committed already");
   session_require(out_idx < producer.outputs.size(),
                   "operation " + producer.name + " has no output " + std::to_string(out_idx));
@@ -145,8 +146,9 @@ void session_link(OperationImpl& producer, size_t out_idx, OperationImpl& consum
                   out.describe() + " (" + std::to_string(out.global_fm) + " x " +
                       std::to_string(out.fm_size) + ") does not match " + in.describe() + " (" +
                       std::to_string(in.global_fm) + " x " + std::to_string(in.fm_size) + ")");
-  session_require((out.peer == nullptr || out.peer == &in) && (in.peer == nullptr || in.peer == &out),
-                  out.describe() + " or " + in.describe() + " is linked to another activation");
+  session_require(
+      (out.peer == nullptr || out.peer == &in) && (in.peer == nullptr || in.peer == &out),
+      out.describe() + " or " + in.describe() + " is linked to another activation");
   out.peer = &in;
   in.peer = &out;
 }
@@ -235,8 +237,8 @@ size_t Session::GetOperationCount() {
 Operation* Session::GetOperation(size_t idx) {
   return entry("Session::GetOperation", [&]() -> Operation* {
     auto& s = session_self(this);
-    session_require(idx < s.ops.size(), "operation " + std::to_string(idx) + " of " +
-                                            std::to_string(s.ops.size()));
+    session_require(idx < s.ops.size(),
+                    "operation " + std::to_string(idx) + " of " + std::to_string(s.ops.size()));
     return s.ops[idx].get();
   });
 }
@@ -296,9 +298,8 @@ size_t OperationRegInfo::AddOutput(size_t featureMapCount, size_t featureMapSize
   });
 }
 
-size_t OperationRegInfo::AddParameterSet(size_t kernelCount, size_t kernelSize,
-                                         DataType dataType, bool distributedUpdate,
-                                         CompressionType compressType) {
+size_t OperationRegInfo::AddParameterSet(size_t kernelCount, size_t kernelSize, DataType dataType,
+                                         bool distributedUpdate, CompressionType compressType) {
   return entry("OperationRegInfo::AddParameterSet", [&] {
     session_check_shape(kernelCount, kernelSize, dataType, "AddParameterSet");
     session_require(compressType == CT_NONE || compressType == CT_QUANTIZATION,
@@ -330,7 +331,8 @@ void Operation::SetDistribution(Distribution* dist) {
 }
 
 Distribution* Operation::GetDistribution() {
-  return entry("Operation::GetDistribution", [&]() -> Distribution* { return session_op(this).dist; });
+  return entry("Operation::GetDistribution",
+               [&]() -> Distribution* { return session_op(this).dist; });
 }
 
 Session* Operation::GetSession() {
@@ -394,8 +396,8 @@ Activation* Operation::GetInput(size_t idx) {
   return entry("Operation::GetInput", [&]() -> Activation* {
     auto& op = session_op(this);
     op.require_distribution("GetInput");
-    session_require(idx < op.inputs.size(), "operation " + op.name + " has no input " +
-                                                std::to_string(idx));
+    session_require(idx < op.inputs.size(),
+                    "operation " + op.name + " has no input " + std::to_string(idx));
     return op.inputs[idx].get();
   });
 }
@@ -408,8 +410,8 @@ Activation* Operation::GetOutput(size_t idx) {
   return entry("Operation::GetOutput", [&]() -> Activation* {
     auto& op = session_op(this);
     op.require_distribution("GetOutput");
-    session_require(idx < op.outputs.size(), "operation " + op.name + " has no output " +
-                                                 std::to_string(idx));
+    session_require(idx < op.outputs.size(),
+                    "operation " + op.name + " has no output " + std::to_string(idx));
     return op.outputs[idx].get();
   });
 }
@@ -426,8 +428,8 @@ ParameterSet* Operation::GetParameterSet(size_t idx) {
   return entry("Operation::GetParameterSet", [&]() -> ParameterSet* {
     auto& op = session_op(this);
     op.require_distribution("GetParameterSet");
-    session_require(idx < op.params.size(), "operation " + op.name + " has no parameter set " +
-                                                std::to_string(idx));
+    session_require(idx < op.params.size(),
+                    "operation " + op.name + " has no parameter set " + std::to_string(idx));
     return op.params[idx].get();
   });
 }

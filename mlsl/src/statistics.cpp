@@ -33,10 +33,9 @@ unsigned long long stats_now() {
 #if defined(__x86_64__) || defined(__i386__)
   return __rdtsc();
 #else
-  return static_cast<unsigned long long>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<unsigned long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now().time_since_epoch())
+                                             .count());
 #endif
 }
 
@@ -45,7 +44,9 @@ StatisticsImpl::StatisticsImpl(SessionImpl* session)
   Runtime::get().add_live(HandleKind::statistics, this);
 }
 
-StatisticsImpl::~StatisticsImpl() { Runtime::get().remove_live(HandleKind::statistics, this); }
+StatisticsImpl::~StatisticsImpl() {
+  Runtime::get().remove_live(HandleKind::statistics, this);
+}
 
 void StatisticsImpl::resize_for(size_t ops) {
   comm_cycles.assign(ops, 0);
@@ -105,6 +106,7 @@ void StatisticsImpl::measure_isolation() {
           from->start(buf.data());
           to->wait();
         });
+        from->request.forget_history();
       }
     }
     for (auto& p : op->params) {
@@ -121,6 +123,8 @@ void StatisticsImpl::measure_isolation() {
           p->increment.wait();
         });
       }
+      p->gradient.forget_history();
+      p->increment.forget_history();
     }
     isolation_cycles[op->index] = cycles / (statistics_iterations - statistics_warmup);
   }
