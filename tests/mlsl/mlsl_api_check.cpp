@@ -13,7 +13,6 @@
 // and members of GT_DATA, GT_MODEL and GT_GLOBAL, and every collective on each group over a
 // sampled matrix in which every dtype, reduction, root, in-place form, buffer kind, completion
 // and count appears; finally 300 collectives in flight at once (past nodecomm's 256 per client).
-#include <mlsl.hpp>
 #include <sched.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mlsl.hpp>
 #include <set>
 #include <string>
 #include <utility>
@@ -38,7 +38,9 @@ using MLSL::Environment;
 using MLSL::GroupType;
 using MLSL::ReductionType;
 
-Environment& env() { return Environment::GetEnv(); }
+Environment& env() {
+  return Environment::GetEnv();
+}
 
 size_t g_rank = 0;      // global rank, for messages
 size_t g_failures = 0;  // mismatches seen (each case prints its first few)
@@ -251,7 +253,8 @@ struct Run {
     complete(d.dist->Reduce(s.ptr(), r.ptr(), c.count, c.dt, c.rt, c.root, c.gt), c.use_test);
     expect_input(s, c.count, "send buffer");
     if (me == c.root) {
-      for (size_t i = 0; i < c.count; ++i) chk.expect("recv buffer (root)", i, reduced(i), r.get(i));
+      for (size_t i = 0; i < c.count; ++i)
+        chk.expect("recv buffer (root)", i, reduced(i), r.get(i));
     } else {
       expect_sentinel(r, 0, c.count, "recv buffer (non-root, unused)");
     }
@@ -324,8 +327,8 @@ struct Run {
       ApiBuf b = buf(recv_total);
       fill_input(b, recv_total);
       // The layout is MPI_IN_PLACE's: blocks to send sit at the receive offsets.
-      complete(d.dist->AlltoAllv(b.ptr(), rc.data(), ro.data(), b.ptr(), rc.data(), ro.data(),
-                                 c.dt, c.gt),
+      complete(d.dist->AlltoAllv(b.ptr(), rc.data(), ro.data(), b.ptr(), rc.data(), ro.data(), c.dt,
+                                 c.gt),
                c.use_test);
       std::vector<bool> written(recv_total, false);
       for (size_t i = 0; i < n; ++i)
@@ -341,9 +344,9 @@ struct Run {
     ApiBuf s = buf(send_total), r = buf(recv_total);
     fill_input(s, send_total);
     r.fill(mlsl_ref::sentinel(c.dt));
-    complete(d.dist->AlltoAllv(s.ptr(), sc.data(), so.data(), r.ptr(), rc.data(), ro.data(), c.dt,
-                               c.gt),
-             c.use_test);
+    complete(
+        d.dist->AlltoAllv(s.ptr(), sc.data(), so.data(), r.ptr(), rc.data(), ro.data(), c.dt, c.gt),
+        c.use_test);
     expect_input(s, send_total, "send buffer");
     std::vector<bool> written(recv_total, false);
     for (size_t i = 0; i < n; ++i)
@@ -499,9 +502,9 @@ struct Run {
 
 // ---------------------------------------------------------------------------------------------
 // The sampled matrix. Every rank builds the same list in the same order (collectives must be
-// posted in one order on every member). dtype x in-place x root (x reduction where the root does
-// not already multiply the cases) are crossed; buffer kind, completion and count rotate with a
-// counter whose period (2 x 2 x 3 = 12, coprime steps) visits all their combinations.
+// posted in one order on every member). dtype x in-place x root x reduction are crossed; buffer
+// kind, completion and count rotate with a counter whose period (2 x 2 x 3 = 12) visits all
+// their combinations.
 
 size_t g_case_counter = 0;
 
@@ -523,12 +526,11 @@ std::vector<Case> build_cases(GroupType gt, size_t n) {
     fill_rotating(c);
     cases.push_back(c);
   };
-  size_t rot = 0;
   for (DataType dt : kTypes) {
     for (size_t root = 0; root < n; ++root) add(Coll::kBcast, dt, MLSL::RT_SUM, root, true);
     for (bool ip : {false, true}) {
       for (size_t root = 0; root < n; ++root) {
-        add(Coll::kReduce, dt, kReds[rot++ % 3], root, ip);
+        for (ReductionType rt : kReds) add(Coll::kReduce, dt, rt, root, ip);
         add(Coll::kGather, dt, MLSL::RT_SUM, root, ip);
         add(Coll::kScatter, dt, MLSL::RT_SUM, root, ip);
       }
@@ -610,8 +612,7 @@ void flood(DistUnderTest& d) {
     complete(reqs[k], k % 3 == 2);
     for (size_t i = 0; i < kCount; ++i) {
       double sum = 0;
-      for (size_t r = 0; r < n; ++r)
-        sum += mlsl_ref::input_value(MLSL::DT_FLOAT, r, i, 100000 + k);
+      for (size_t r = 0; r < n; ++r) sum += mlsl_ref::input_value(MLSL::DT_FLOAT, r, i, 100000 + k);
       chk.expect(k % 2 == 0 ? "op k (Alloc) buffer" : "op k (malloc) buffer", k * 100 + i, sum,
                  bufs[k]->get(i));
     }
@@ -750,8 +751,7 @@ int run_all(int argc, char** argv) {
     check_groups(dists[k]);
     const size_t ops = run_matrix(dists[k], k == 0);
     posted += ops;
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (g_rank == 0)
       std::printf("[0] dist %s: %zu collectives in %.2f s\n", dists[k].name.c_str(), ops, s);
   }
@@ -763,8 +763,7 @@ int run_all(int argc, char** argv) {
     std::printf("[%zu] mlsl_api_check: %zu mismatches\n", g_rank, g_failures);
     return 1;
   }
-  std::printf("[%zu] mlsl_api_check: %zu collectives + 300 in flight, all exact\n", g_rank,
-              posted);
+  std::printf("[%zu] mlsl_api_check: %zu collectives + 300 in flight, all exact\n", g_rank, posted);
   return 0;
 }
 
@@ -799,15 +798,15 @@ int run_mode(const std::string& mode, int argc, char** argv) {
   ApiBuf b(true, MLSL::DT_FLOAT, 16);
   b.fill(1);
   if (mode == "wait-twice") {
-    CommReq* req = dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM,
-                                   MLSL::GT_GLOBAL);
+    CommReq* req =
+        dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM, MLSL::GT_GLOBAL);
     env().Wait(req);
     env().Wait(req);
     return unexpected(mode.c_str(), "a second Wait on one request");
   }
   if (mode == "test-then-wait") {
-    CommReq* req = dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM,
-                                   MLSL::GT_GLOBAL);
+    CommReq* req =
+        dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM, MLSL::GT_GLOBAL);
     complete(req, true);
     env().Wait(req);
     return unexpected(mode.c_str(), "Wait after Test reported completion");
@@ -819,10 +818,9 @@ int run_mode(const std::string& mode, int argc, char** argv) {
   if (mode == "mismatch") {
     // Rank 0 reduces while the others broadcast: nodecomm fails every member with its
     // mismatch text instead of hanging (MLSL would hang).
-    CommReq* req =
-        g_rank == 0
-            ? dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM, MLSL::GT_GLOBAL)
-            : dist->Bcast(b.ptr(), 16, MLSL::DT_FLOAT, 0, MLSL::GT_GLOBAL);
+    CommReq* req = g_rank == 0 ? dist->AllReduce(b.ptr(), b.ptr(), 16, MLSL::DT_FLOAT, MLSL::RT_SUM,
+                                                 MLSL::GT_GLOBAL)
+                               : dist->Bcast(b.ptr(), 16, MLSL::DT_FLOAT, 0, MLSL::GT_GLOBAL);
     env().Wait(req);
     return unexpected(mode.c_str(), "Wait on mismatched collectives");
   }
@@ -847,8 +845,8 @@ int run_mode(const std::string& mode, int argc, char** argv) {
   if (mode == "unsupported-exchange") {
     // A CC output spread over a 1 x n model group feeding a consumer that is itself split by
     // model (or the same shape as another object): none of MLSL's exchange cases applies.
-    Distribution* other = n >= 4 && n % 2 == 0 ? env().CreateDistribution(n / 2, 2)
-                                               : env().CreateDistribution(1, n);
+    Distribution* other =
+        n >= 4 && n % 2 == 0 ? env().CreateDistribution(n / 2, 2) : env().CreateDistribution(1, n);
     Distribution* first = env().CreateDistribution(1, n);
     MLSL::Operation* ops[2];
     for (int k = 0; k < 2; ++k) {
@@ -870,7 +868,8 @@ int run_mode(const std::string& mode, int argc, char** argv) {
 }  // namespace api_check
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--mode") == 0) return api_check::run_mode(argv[2], argc, argv);
+  if (argc >= 3 && std::strcmp(argv[1], "--mode") == 0)
+    return api_check::run_mode(argv[2], argc, argv);
   if (argc >= 2) {
     std::fprintf(stderr, "usage: mlsl_api_check [--mode MODE]\n");
     return 2;

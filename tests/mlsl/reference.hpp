@@ -9,12 +9,11 @@
 // modulo 256 (plan §4.2).
 #pragma once
 
-#include <mlsl.hpp>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mlsl.hpp>
 #include <string>
 #include <vector>
 
@@ -116,7 +115,9 @@ inline double input_value(MLSL::DataType dt, size_t g, size_t i, size_t salt) {
 
 // What a recv buffer holds before a collective: a value no input formula produces for floats
 // (and 0xA5 for bytes), so an element the collective should not touch is recognisable.
-inline double sentinel(MLSL::DataType dt) { return dt == MLSL::DT_BYTE ? 0xA5 : -7777.0; }
+inline double sentinel(MLSL::DataType dt) {
+  return dt == MLSL::DT_BYTE ? 0xA5 : -7777.0;
+}
 
 // The reduction of `vals` as libmlsl must compute it: exact for the small integers above;
 // unsigned bytes sum modulo 256.
@@ -199,7 +200,9 @@ inline const Group& group_of(const Layout& layout, MLSL::GroupType gt) {
 struct MbSlice {
   size_t count, offset;
 };
-inline MbSlice mb_slice(size_t G, size_t D, size_t d) { return {G / D, (G / D) * d}; }
+inline MbSlice mb_slice(size_t G, size_t D, size_t d) {
+  return {G / D, (G / D) * d};
+}
 
 // An activation's feature-map slice: a CC output keeps every feature map (its values are
 // partial sums over the model group); everything else holds F / M of them (integer division,
@@ -285,7 +288,8 @@ inline double bf16_bound(size_t nodes, double sum_abs) {
   return nodes <= 1 ? 0.0 : static_cast<double>(nodes + 1) * sum_abs / 256.0;
 }
 inline double int8_bound(size_t nodes, double max_abs, bool with_residual) {
-  return nodes <= 1 ? 0.0 : (with_residual ? 2.0 : 1.0) * static_cast<double>(nodes) * max_abs / 127.0;
+  return nodes <= 1 ? 0.0
+                    : (with_residual ? 2.0 : 1.0) * static_cast<double>(nodes) * max_abs / 127.0;
 }
 
 }  // namespace mlsl_ref
