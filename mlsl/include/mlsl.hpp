@@ -47,6 +47,9 @@
 
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)
+/* MLSL's Statistics return unsigned long long, which C++98 lacks (-pedantic warns). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wlong-long"
 #endif
 
 namespace MLSL {
@@ -308,6 +311,7 @@ class Environment {
 } /* namespace MLSL */
 
 #if defined(__GNUC__)
+#pragma GCC diagnostic pop
 #pragma GCC visibility pop
 #endif
 
