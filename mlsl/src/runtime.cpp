@@ -20,11 +20,11 @@ struct RuntimeIgnored {
   const char* reason;
 };
 constexpr const char* runtime_servers_reason =
-    "the node's nodecommd does this work; see its options and the service setup in "
-    "docs/OPERATIONS.md";
+    "the node's nodecommd does this work: its --cores and --endpoints, and the service setup "
+    "in docs/OPERATIONS.md";
 constexpr const char* runtime_split_reason =
     "the daemon chunks and fuses messages itself (nodecommd --sched-chunk-size, "
-    "--fusion-threshold)";
+    "--fusion-threshold, --sched-eager-bytes)";
 constexpr RuntimeIgnored runtime_ignored[] = {
     {"MLSL_NUM_SERVERS", runtime_servers_reason},
     {"MLSL_SERVER_AFFINITY", runtime_servers_reason},
