@@ -40,6 +40,10 @@ endforeach()
 # The ASan/UBSan stage (tools/sanitize.sh) runs these two.
 set_tests_properties(mlsl_api_2x2 mlsl_model_2x2 PROPERTIES LABELS "integration;mlsl;sanitize")
 
+# Configure("color=...") splitting the global group after Init.
+set(MLSL_LAUNCH_ENV NODECOMM_TIMEOUT_SEC=120)
+mlsl_add_launch(mlsl_api_configure_2x2 2x2 mlsl_api_check --mode configure)
+
 # CT_QUANTIZATION: bf16 and int8 wire compression of a gradient allreduce between nodes, within
 # the documented bounds (exact on one node).
 set(MLSL_LAUNCH_ENV NODECOMM_TIMEOUT_SEC=120 NODECOMM_MLSL_QUANT=bf16)

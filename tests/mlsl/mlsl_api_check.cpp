@@ -6,6 +6,8 @@
 //                                  message (driven by mlsl_errors.sh): wait-twice,
 //                                  test-then-wait, start-in-flight, not-multiple, init-twice,
 //                                  idx-before-init, bad-root, unsupported-exchange, mismatch
+//   mlsl_api_check --mode configure  Configure("color=<rank % 2>") after Init splits the global
+//                                  group (not a misuse: exits 0 when every check holds)
 //
 // Checks: GetVersion, IsInitialized around Init and Finalize, Alloc's alignments (also before
 // Init), QuantParams round trip; then for each distribution (P x 1, P/2 x 2, 1 x P, the
@@ -786,6 +788,35 @@ int run_mode(const std::string& mode, int argc, char** argv) {
   env().Init(&argc, &argv);
   g_rank = env().GetProcessIdx();
   const size_t n = env().GetProcessCount();
+  if (mode == "configure") {
+    // Not a misuse: Configure("color=c") after Init splits the global group by color, and
+    // GT_GLOBAL, GetProcessIdx/Count and new distributions then see only that group.
+    const int color = static_cast<int>(g_rank % 2);
+    const std::string config = "color=" + std::to_string(color);
+    env().Configure(config.c_str());
+    std::vector<int> colors(n), zero(n, 0);
+    for (size_t j = 0; j < n; ++j) colors[j] = static_cast<int>(j % 2);
+    const mlsl_ref::Layout sub = mlsl_ref::color_layout(n, g_rank, colors, colors);
+    Checker chk;
+    chk.what = "Configure(\"" + config + "\")";
+    chk.expect("GetProcessIdx", 0, sub.model.idx, env().GetProcessIdx());
+    chk.expect("GetProcessCount", 0, sub.model.size(), env().GetProcessCount());
+    Distribution* d = env().CreateDistribution(sub.model.size(), 1);
+    ApiBuf mine(true, MLSL::DT_DOUBLE, 1), all(false, MLSL::DT_DOUBLE, sub.model.size());
+    mine.set(0, static_cast<double>(g_rank));
+    env().Wait(d->AllGather(mine.ptr(), 1, all.ptr(), MLSL::DT_DOUBLE, MLSL::GT_GLOBAL));
+    for (size_t i = 0; i < sub.model.size(); ++i)
+      chk.expect("AllGather of the original ranks over GT_GLOBAL", i,
+                 static_cast<double>(sub.model.members[i]), all.get(i));
+    env().DeleteDistribution(d);
+    env().Finalize();
+    if (g_failures) return 1;
+    std::printf(
+        "[%zu] mlsl_api_check --mode configure: the global group is the %zu ranks of "
+        "color %d\n",
+        g_rank, sub.model.size(), color);
+    return 0;
+  }
   if (mode == "init-twice") {
     env().Init(&argc, &argv);
     return unexpected(mode.c_str(), "a second Init");

@@ -935,6 +935,44 @@ int run_quant() {
   return 0;
 }
 
+// Session bookkeeping outside training: a PT_TEST session, RemoveOperations, operations added
+// again afterwards, an operation given its distribution late, and Commit of the result.
+void run_session_lifecycle(DistInfo& di) {
+  g_where = "session lifecycle on dist " + di.name;
+  Session* session = env().CreateSession(MLSL::PT_TEST);
+  if (session->GetPhaseType() != MLSL::PT_TEST) fail("GetPhaseType of a PT_TEST session");
+  session->SetGlobalMinibatchSize(4 * di.D());
+  auto add = [&](const char* name, OpType type) {
+    MLSL::OperationRegInfo* info = session->CreateOperationRegInfo(type);
+    info->SetName(name);
+    info->AddInput(4 * di.M(), 2, MLSL::DT_DOUBLE);
+    info->AddOutput(4 * di.M(), 2, MLSL::DT_DOUBLE);
+    const size_t idx = session->AddOperation(info, di.dist);
+    session->DeleteOperationRegInfo(info);
+    return idx;
+  };
+  add("dropped0", MLSL::OT_ACT);
+  add("dropped1", MLSL::OT_POOL);
+  expect_eq("GetOperationCount before RemoveOperations", 2, session->GetOperationCount());
+  session->RemoveOperations();
+  expect_eq("GetOperationCount after RemoveOperations", 0, session->GetOperationCount());
+  expect_eq("AddOperation index after RemoveOperations", 0, add("kept0", MLSL::OT_BIAS));
+  expect_eq("AddOperation index", 1, add("kept1", MLSL::OT_ACT));
+  Operation* a = session->GetOperation(0);
+  Operation* b = session->GetOperation(1);
+  if (std::strcmp(a->GetName(), "kept0") != 0 || std::strcmp(b->GetName(), "kept1") != 0)
+    fail("operations after RemoveOperations are named %s, %s", a->GetName(), b->GetName());
+  if (a->GetOpType() != MLSL::OT_BIAS) fail("GetOpType of an OT_BIAS operation");
+  b->SetPrev(a, 0, 0);
+  session->Commit();
+  // Same distribution, no reduction: nothing to exchange, WaitComm returns NULL at once.
+  if (a->GetOutput(0)->GetPackBlockCount() || b->GetInput(0)->GetUnpackBlockCount())
+    fail("ACT after BIAS on one distribution has blocks to exchange");
+  a->GetOutput(0)->StartComm(a->GetOutput(0)->GetCommBuf());
+  expect_ptr("WaitComm without an exchange", nullptr, b->GetInput(0)->WaitComm());
+  env().DeleteSession(session);
+}
+
 int main_impl(int argc, char** argv) {
   std::string mode;
   if (argc >= 3 && std::strcmp(argv[1], "--mode") == 0) mode = argv[2];
@@ -953,6 +991,7 @@ int main_impl(int argc, char** argv) {
     const size_t parts[] = {1, 2, 4};
     for (size_t M : parts)
       if (g_world % M == 0) dists.push_back(make_dist(g_world / M, M));
+    run_session_lifecycle(dists.back());
     run_chains(dists);
     g_where = "exchanges between distributions";
     run_pairs();
