@@ -416,9 +416,10 @@ class Net {
       for (size_t j = 0; j < t.fm; ++j)
         for (size_t s = 0; s < t.fs; ++s) {
           const size_t b = t.row(i), q = t.flat(j, s);
-          const double expected = grad ? mlsl_ref::act_grad_value(other_idx, it, b, q)
-                                       : mlsl_ref::act_expected(other_idx, it, b, q, summed(other),
-                                                                other.spec.dist->M());
+          const double expected = mlsl_ref::as_stored(
+              t.dt, grad ? mlsl_ref::act_grad_value(other_idx, it, b, q)
+                         : mlsl_ref::act_expected(other_idx, it, b, q, summed(other),
+                                                  other.spec.dist->M()));
           const double got = mlsl_ref::load(t.dt, t.p, t.index(i, j, s));
           if (got != expected) {
             if (bad < 3)
@@ -571,7 +572,8 @@ class Net {
     const size_t count = L.ks.owned * ks;
     size_t bad = 0;
     for (size_t e = 0; e < count; ++e) {
-      const double expected = mlsl_ref::param_grad_expected(k, it, goff + first + e, D);
+      const double expected =
+          mlsl_ref::as_stored(dt, mlsl_ref::param_grad_expected(k, it, goff + first + e, D));
       const double got = mlsl_ref::load(dt, reduced, owned_buf ? e : first + e);
       if (got != expected && bad++ < 3)
         fail(
@@ -602,8 +604,8 @@ class Net {
     const size_t ks = L.spec.kernel_size, elems = L.ks.local * ks;
     size_t bad = 0;
     for (size_t e = 0; e < elems; ++e) {
-      const double expected =
-          mlsl_ref::param_value(k, L.param_version, L.ks.global_offset * ks + e);
+      const double expected = mlsl_ref::as_stored(
+          L.spec.param_dt, mlsl_ref::param_value(k, L.param_version, L.ks.global_offset * ks + e));
       const double got = mlsl_ref::load(L.spec.param_dt, L.param, e);
       if (got != expected && bad++ < 3)
         fail(
@@ -745,16 +747,19 @@ void run_chains(std::vector<DistInfo>& dists) {
 
 // Two operations on different distributions: the producer's output feeds the consumer's input.
 void run_pair(const char* label, OpType type, DistInfo& from, DistInfo& to, size_t f_from,
-              size_t s_from, size_t f_to, size_t s_to, DataType dt, bool user_buf) {
+              size_t s_from, size_t f_to, size_t s_to, DataType dt, bool user_buf,
+              size_t kernels = 0, bool du = false) {
   NetOptions opt;
   opt.user_buf = user_buf;
-  std::vector<OpSpec> specs = {{type, &from, 4, 2, f_from, s_from, dt, 0, 0, dt},
-                               {type, &to, f_to, s_to, 4, 2, dt, 0, 0, dt}};
+  opt.du = du;
+  // With kernels, both operations carry a parameter set of that many kernels of 5 in dt.
+  std::vector<OpSpec> specs = {{type, &from, 4, 2, f_from, s_from, dt, kernels, 5, dt},
+                               {type, &to, f_to, s_to, 4, 2, dt, kernels, 5, dt}};
   char name[200];
-  std::snprintf(name, sizeof name, "%s: %s %s -> %s %s (%s, %s buffers)", label,
+  std::snprintf(name, sizeof name, "%s: %s %s -> %s %s (%s, %s buffers%s)", label,
                 type == MLSL::OT_CC ? "CC" : "ACT", from.name.c_str(),
                 type == MLSL::OT_CC ? "CC" : "ACT", to.name.c_str(), mlsl_ref::dtype_name(dt),
-                user_buf ? "user" : "library");
+                user_buf ? "user" : "library", du ? ", distributed update" : "");
   const auto t0 = std::chrono::steady_clock::now();
   Net(specs, opt, name).train();
   if (g_rank == 0)
@@ -784,6 +789,12 @@ void run_pairs() {
     run_pair("case 1 (other fm size)", MLSL::OT_CC, half2, half2, 8, 6, 16, 3, MLSL::DT_DOUBLE,
              true);
     run_pair("no exchange", MLSL::OT_ACT, half2, half2, 8, 3, 8, 3, MLSL::DT_FLOAT, false);
+    // Bytes: activations summed modulo 256 by the reduce-scatter, parameters and their
+    // gradients (summed modulo 256 too) as unsigned bytes, with distributed update.
+    run_pair("case 1 (bytes)", MLSL::OT_CC, half2, half2, 8, 3, 8, 3, MLSL::DT_BYTE, false, 13,
+             true);
+    run_pair("case 4 (alltoall, bytes)", MLSL::OT_ACT, p1, half2, 8, 3, 8, 3, MLSL::DT_BYTE, true,
+             7, false);
     env().DeleteDistribution(half2.dist);
     env().DeleteDistribution(half1.dist);
   }

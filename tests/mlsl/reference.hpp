@@ -113,6 +113,12 @@ inline double input_value(MLSL::DataType dt, size_t g, size_t i, size_t salt) {
   return static_cast<double>(static_cast<long>((g * 7919 + i * 31 + salt * 13) % 2001) - 1000);
 }
 
+// A value as a buffer of dt holds it: bytes keep the low 8 bits (sums wrap modulo 256).
+inline double as_stored(MLSL::DataType dt, double v) {
+  if (dt != MLSL::DT_BYTE) return v;
+  return static_cast<double>(static_cast<long>(v) & 0xFF);
+}
+
 // What a recv buffer holds before a collective: a value no input formula produces for floats
 // (and 0xA5 for bytes), so an element the collective should not touch is recognisable.
 inline double sentinel(MLSL::DataType dt) {
