@@ -4,8 +4,9 @@
 //   mlsl_api_check                 every check below; exit 1 on any mismatch
 //   mlsl_api_check --mode MODE     one misuse that must end the process with status 1 and a
 //                                  message (driven by mlsl_errors.sh): wait-twice,
-//                                  test-then-wait, start-in-flight, not-multiple, init-twice,
-//                                  idx-before-init, bad-root, unsupported-exchange, mismatch
+//                                  test-then-wait, wait-null, start-in-flight, not-multiple,
+//                                  init-twice, idx-before-init, bad-root,
+//                                  unsupported-exchange, mismatch
 //   mlsl_api_check --mode configure  Configure("color=<rank % 2>") after Init splits the global
 //                                  group (not a misuse: exits 0 when every check holds)
 //
@@ -660,6 +661,14 @@ void check_alloc(const char* when) {
       std::memset(p, 0x5A, s);  // the whole block is writable (ASan would object otherwise)
       env().Free(p);
     }
+  // Past the arena (64 MiB unless configured otherwise): the heap, never NULL (plan §4.9).
+  const size_t big = size_t(80) << 20;
+  void* huge = env().Alloc(big, 4096);
+  chk.expect_true(huge != nullptr && aligned(huge, 4096), "Alloc(80 MiB, 4096)");
+  if (huge) {
+    std::memset(huge, 0x5A, big);
+    env().Free(huge);
+  }
   void* zero = env().Alloc(0, 64);
   chk.expect_true(zero != nullptr, "Alloc(0, 64) returned NULL");
   env().Free(zero);
@@ -851,6 +860,10 @@ int run_mode(const std::string& mode, int argc, char** argv) {
     env().Wait(req);
     env().Wait(req);
     return unexpected(mode.c_str(), "a second Wait on one request");
+  }
+  if (mode == "wait-null") {
+    env().Wait(nullptr);
+    return unexpected(mode.c_str(), "Wait(NULL)");
   }
   if (mode == "test-then-wait") {
     CommReq* req =

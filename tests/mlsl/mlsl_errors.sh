@@ -38,6 +38,7 @@ check() {
 
 # The library's fatal path prints "mlsl[<rank>]: <function>: <message>" (plan §4.8).
 check wait-twice 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'
+check wait-null 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'
 check test-then-wait 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'
 check start-in-flight 1x2 'mlsl\[[0-9]+\]: .*StartGradientComm.*(again|in flight|not waited)'
 check not-multiple 1x2 'mlsl\[[0-9]+\]: .*CreateDistribution'

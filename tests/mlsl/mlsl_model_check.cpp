@@ -947,28 +947,32 @@ int run_quant() {
 }
 
 // Session bookkeeping outside training: a PT_TEST session, RemoveOperations, operations added
-// again afterwards, an operation given its distribution late, and Commit of the result.
-void run_session_lifecycle(DistInfo& di) {
-  g_where = "session lifecycle on dist " + di.name;
+// again afterwards, and a distribution deleted while its operations still use it (the layer
+// defers the release, plan §3.2): Commit and a gradient exchange over it must still work.
+void run_session_lifecycle() {
+  DistInfo di = make_dist(g_world, 1);
+  g_where = "session lifecycle on dist " + di.name + " (deleted before Commit)";
   Session* session = env().CreateSession(MLSL::PT_TEST);
   if (session->GetPhaseType() != MLSL::PT_TEST) fail("GetPhaseType of a PT_TEST session");
   session->SetGlobalMinibatchSize(4 * di.D());
-  auto add = [&](const char* name, OpType type) {
+  auto add = [&](const char* name, OpType type, size_t kernels) {
     MLSL::OperationRegInfo* info = session->CreateOperationRegInfo(type);
     info->SetName(name);
-    info->AddInput(4 * di.M(), 2, MLSL::DT_DOUBLE);
-    info->AddOutput(4 * di.M(), 2, MLSL::DT_DOUBLE);
+    info->AddInput(4, 2, MLSL::DT_DOUBLE);
+    info->AddOutput(4, 2, MLSL::DT_DOUBLE);
+    if (kernels) info->AddParameterSet(kernels, 1, MLSL::DT_FLOAT);
     const size_t idx = session->AddOperation(info, di.dist);
     session->DeleteOperationRegInfo(info);
     return idx;
   };
-  add("dropped0", MLSL::OT_ACT);
-  add("dropped1", MLSL::OT_POOL);
+  add("dropped0", MLSL::OT_ACT, 0);
+  add("dropped1", MLSL::OT_POOL, 3);
   expect_eq("GetOperationCount before RemoveOperations", 2, session->GetOperationCount());
   session->RemoveOperations();
   expect_eq("GetOperationCount after RemoveOperations", 0, session->GetOperationCount());
-  expect_eq("AddOperation index after RemoveOperations", 0, add("kept0", MLSL::OT_BIAS));
-  expect_eq("AddOperation index", 1, add("kept1", MLSL::OT_ACT));
+  expect_eq("AddOperation index after RemoveOperations", 0, add("kept0", MLSL::OT_BIAS, 6));
+  expect_eq("AddOperation index", 1, add("kept1", MLSL::OT_ACT, 0));
+  env().DeleteDistribution(di.dist);
   Operation* a = session->GetOperation(0);
   Operation* b = session->GetOperation(1);
   if (std::strcmp(a->GetName(), "kept0") != 0 || std::strcmp(b->GetName(), "kept1") != 0)
@@ -981,6 +985,20 @@ void run_session_lifecycle(DistInfo& di) {
     fail("ACT after BIAS on one distribution has blocks to exchange");
   a->GetOutput(0)->StartComm(a->GetOutput(0)->GetCommBuf());
   expect_ptr("WaitComm without an exchange", nullptr, b->GetInput(0)->WaitComm());
+  ParameterSet* ps = a->GetParameterSet(0);
+  float grad[6];
+  for (size_t e = 0; e < 6; ++e) grad[e] = static_cast<float>(g_rank * 10 + e);
+  ps->StartGradientComm(grad);
+  void* p = ps->WaitGradientComm();
+  expect_ptr("WaitGradientComm on a deleted (deferred) distribution", di.D() > 1 ? grad : nullptr,
+             p);
+  for (size_t e = 0; e < 6; ++e) {
+    double expected = 0;
+    for (size_t r : di.lay.data.members) expected += static_cast<double>(r * 10 + e);
+    if (grad[e] != expected)
+      fail("gradient element %zu over the deleted distribution: expected %.17g got %.17g", e,
+           expected, static_cast<double>(grad[e]));
+  }
   env().DeleteSession(session);
 }
 
@@ -1002,7 +1020,7 @@ int main_impl(int argc, char** argv) {
     const size_t parts[] = {1, 2, 4};
     for (size_t M : parts)
       if (g_world % M == 0) dists.push_back(make_dist(g_world / M, M));
-    run_session_lifecycle(dists.back());
+    run_session_lifecycle();
     run_chains(dists);
     g_where = "exchanges between distributions";
     run_pairs();
