@@ -712,12 +712,14 @@ class Net {
 
 // ---------------------------------------------------------------------------------------------
 
-void run_chains(std::vector<DistInfo>& dists) {
-  bool first = true;
+// `full`: every buffer kind and completion; otherwise (replicated distributions) library
+// buffers and WaitGradientComm only.
+void run_chains(std::vector<DistInfo>& dists, bool full) {
+  static bool first = true;
   for (DistInfo& di : dists) {
     for (int du = 0; du < 2; ++du)
-      for (int ub = 0; ub < 2; ++ub)
-        for (int test = 0; test < 2; ++test) {
+      for (int ub = 0; ub < (full ? 2 : 1); ++ub)
+        for (int test = 0; test < (full ? 2 : 1); ++test) {
           NetOptions opt;
           opt.du = du;
           opt.user_buf = ub;
@@ -1021,7 +1023,16 @@ int main_impl(int argc, char** argv) {
     for (size_t M : parts)
       if (g_world % M == 0) dists.push_back(make_dist(g_world / M, M));
     run_session_lifecycle();
-    run_chains(dists);
+    run_chains(dists, true);
+    // Replicated: the world holds several independent copies of a smaller distribution;
+    // gradients are summed within a copy's data group only (plan §0.2).
+    std::vector<DistInfo> replicated;
+    if (g_world % 2 == 0 && g_world > 2) {
+      replicated.push_back(make_dist(2, 1));
+      replicated.push_back(make_dist(1, 2));
+    }
+    run_chains(replicated, false);
+    for (DistInfo& di : replicated) env().DeleteDistribution(di.dist);
     g_where = "exchanges between distributions";
     run_pairs();
     for (DistInfo& di : dists) env().DeleteDistribution(di.dist);
