@@ -579,12 +579,45 @@ void check_groups(DistUnderTest& d) {
   }
 }
 
+// Which values of each dimension every collective has met: the sampling must not leave one out
+// (a bit per value: buffer kind 0-1, completion 2-3, count 4-6, dtype 7-9, in place 10-11,
+// reduction 12-14).
+std::vector<unsigned> g_seen(static_cast<size_t>(Coll::kBarrier) + 1, 0);
+
+void note_coverage(const Case& c) {
+  static const size_t kCounts[] = {1, 7, 4099};
+  unsigned bits = (1u << (c.lib_buf ? 1 : 0)) | (1u << (c.use_test ? 3 : 2)) |
+                  (1u << (7 + static_cast<unsigned>(c.dt))) | (1u << (c.inplace ? 11 : 10)) |
+                  (1u << (12 + static_cast<unsigned>(c.rt)));
+  for (unsigned k = 0; k < 3; ++k)
+    if (c.count == kCounts[k]) bits |= 1u << (4 + k);
+  g_seen[static_cast<size_t>(c.coll)] |= bits;
+}
+
+void check_coverage() {
+  for (size_t k = 0; k < static_cast<size_t>(Coll::kBarrier); ++k) {
+    const Coll coll = static_cast<Coll>(k);
+    unsigned want = 0x3FF;                       // buffers, completion, counts, dtypes
+    if (coll != Coll::kBcast) want |= 3u << 10;  // Bcast is in place by definition
+    if (coll == Coll::kReduce || coll == Coll::kAllReduce || coll == Coll::kReduceScatter)
+      want |= 7u << 12;
+    else
+      want |= 1u << 12;  // the others carry RT_SUM, unused
+    if ((g_seen[k] & want) != want) {
+      std::fprintf(stderr, "[%zu] FAIL sampling: %s met the values 0x%x of 0x%x\n", g_rank,
+                   coll_name(coll), g_seen[k] & want, want);
+      ++g_failures;
+    }
+  }
+}
+
 size_t run_matrix(DistUnderTest& d, bool with_global) {
   size_t posted = 0;
   const GroupType kGroups[] = {MLSL::GT_DATA, MLSL::GT_MODEL, MLSL::GT_GLOBAL};
   for (GroupType gt : kGroups) {
     if (gt == MLSL::GT_GLOBAL && !with_global) continue;  // the same group in every distribution
     for (const Case& c : build_cases(gt, mlsl_ref::group_of(d.layout, gt).size())) {
+      note_coverage(c);
       Run(d, c).run();
       ++posted;
     }
@@ -782,6 +815,7 @@ int run_all(int argc, char** argv) {
     if (g_rank == 0)
       std::printf("[0] dist %s: %zu collectives in %.2f s\n", dists[k].name.c_str(), ops, s);
   }
+  check_coverage();
   zero_counts(dists[0]);
   flood(dists[0]);
   for (DistUnderTest& d : dists) env().DeleteDistribution(d.dist);
