@@ -7,6 +7,7 @@
  *   nodecomm-launch --nodes 2 --ranks-per-node 2 -- ./mlsl_train 2 1
  *
  *   mlsl_train MODEL_PARTS [DIST_UPDATE] [USER_BUF] [USE_TEST]
+ *   mlsl_train all        (every MODEL_PARTS that divides P x DIST_UPDATE x USER_BUF, in turn)
  *
  * Two convolution-like layers (OT_CC) on a (P / MODEL_PARTS) x MODEL_PARTS distribution, a
  * global minibatch of 16, 2 epochs of 3 minibatches: forward, backward in two steps, update.
@@ -355,41 +356,17 @@ void Layer::EndOfEpoch() {
   CheckParams("parameters at the end of the epoch");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::printf("usage: mlsl_train MODEL_PARTS [DIST_UPDATE] [USER_BUF] [USE_TEST]\n");
-    return 1;
-  }
-  int version = Environment::GetVersion();
-  if (MLSL_MAJOR(version) != MLSL_MAJOR_VERSION) {
-    std::printf("built for MLSL API %d.%d, the library implements %d.%d\n", MLSL_MAJOR_VERSION,
-                MLSL_MINOR_VERSION, MLSL_MAJOR(version), MLSL_MINOR(version));
-    return 1;
-  }
-
-  Environment& env = Environment::GetEnv();
-  env.Init(&argc, &argv);
-  processIdx = env.GetProcessIdx();
-  processCount = env.GetProcessCount();
-  modelParts = (size_t)std::atoi(argv[1]);
-  if (argc > 2) distUpdate = std::atoi(argv[2]) != 0;
-  if (argc > 3) userBuf = std::atoi(argv[3]) != 0;
-  if (argc > 4) useTest = std::atoi(argv[4]) != 0;
-  if (modelParts < 1 || processCount % modelParts != 0) {
-    std::printf("[%lu] MODEL_PARTS %lu does not divide %lu processes\n", (unsigned long)processIdx,
-                (unsigned long)modelParts, (unsigned long)processCount);
-    env.Finalize();
-    return 1;
-  }
+/* One training run on a (P / modelParts) x modelParts distribution with the current settings;
+ * returns the number of mismatches it found. */
+size_t Train(Environment& env) {
+  const size_t failuresBefore = failures;
+  step = 0;
   if (processIdx == 0)
     std::printf(
-        "mlsl_train: MLSL API %d.%d, %lu processes as %lu x %lu (data x model), "
-        "distributed update %d, user buffers %d, test %d\n",
-        MLSL_MAJOR(version), MLSL_MINOR(version), (unsigned long)processCount,
-        (unsigned long)(processCount / modelParts), (unsigned long)modelParts, (int)distUpdate,
-        (int)userBuf, (int)useTest);
+        "mlsl_train: %lu processes as %lu x %lu (data x model), distributed update %d, "
+        "user buffers %d, test %d\n",
+        (unsigned long)processCount, (unsigned long)(processCount / modelParts),
+        (unsigned long)modelParts, (int)distUpdate, (int)userBuf, (int)useTest);
 
   Session* session = env.CreateSession(PT_TRAIN);
   session->SetGlobalMinibatchSize(kGlobalMinibatch);
@@ -430,6 +407,63 @@ int main(int argc, char** argv) {
   for (size_t l = 0; l < kLayerCount; ++l) delete layers[l];
   env.DeleteSession(session);
   env.DeleteDistribution(dist);
+  return failures - failuresBefore;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::printf("usage: mlsl_train MODEL_PARTS|all [DIST_UPDATE] [USER_BUF] [USE_TEST]\n");
+    return 1;
+  }
+  int version = Environment::GetVersion();
+  if (MLSL_MAJOR(version) != MLSL_MAJOR_VERSION) {
+    std::printf("built for MLSL API %d.%d, the library implements %d.%d\n", MLSL_MAJOR_VERSION,
+                MLSL_MINOR_VERSION, MLSL_MAJOR(version), MLSL_MINOR(version));
+    return 1;
+  }
+
+  Environment& env = Environment::GetEnv();
+  env.Init(&argc, &argv);
+  processIdx = env.GetProcessIdx();
+  processCount = env.GetProcessCount();
+  if (processIdx == 0)
+    std::printf("mlsl_train: MLSL API %d.%d\n", MLSL_MAJOR(version), MLSL_MINOR(version));
+
+  if (std::strcmp(argv[1], "all") == 0) {
+    /* Every model-part count that divides the processes, with and without distributed update,
+     * library and user buffers; waits, and once polls. */
+    for (modelParts = 1; modelParts <= processCount; modelParts *= 2) {
+      if (processCount % modelParts != 0) continue;
+      for (int du = 0; du < 2; ++du) {
+        for (int ub = 0; ub < 2; ++ub) {
+          distUpdate = du != 0;
+          userBuf = ub != 0;
+          useTest = false;
+          Train(env);
+        }
+      }
+    }
+    modelParts = processCount % 2 == 0 ? 2 : 1;
+    distUpdate = true;
+    userBuf = false;
+    useTest = true;
+    Train(env);
+  } else {
+    modelParts = (size_t)std::atoi(argv[1]);
+    if (argc > 2) distUpdate = std::atoi(argv[2]) != 0;
+    if (argc > 3) userBuf = std::atoi(argv[3]) != 0;
+    if (argc > 4) useTest = std::atoi(argv[4]) != 0;
+    if (modelParts < 1 || processCount % modelParts != 0) {
+      std::printf("[%lu] MODEL_PARTS %lu does not divide %lu processes\n",
+                  (unsigned long)processIdx, (unsigned long)modelParts,
+                  (unsigned long)processCount);
+      env.Finalize();
+      return 1;
+    }
+    Train(env);
+  }
   env.Finalize();
 
   if (failures != 0) {

@@ -95,19 +95,24 @@ void StatisticsImpl::measure_isolation() {
   // Every rank runs the same exchanges in operation order, so the collectives line up.
   for (auto& op : session->ops) {
     unsigned long long cycles = 0;
+    // An operation's entities: its outputs (forward, to the consumer) and its inputs
+    // (backward, to the producer); each is credited to the operation that starts it.
+    std::vector<std::pair<ActivationImpl*, ActivationImpl*>> sends;
     for (auto& out : op->outputs) {
-      ActivationImpl* in = out->peer;
-      if (in == nullptr) continue;
-      for (auto [from, to] : {std::pair{out.get(), in}, std::pair{in, out.get()}}) {
-        if (from->plan.kind == SendPlan::Kind::none && !from->plan.permute) continue;
-        Scratch buf(from->plan.buffer_elems * size_of(from->type));
-        std::memset(buf.data(), 0, buf.bytes());
-        cycles += statistics_time([&] {
-          from->start(buf.data());
-          to->wait();
-        });
-        from->request.forget_history();
-      }
+      if (out->peer != nullptr) sends.emplace_back(out.get(), out->peer);
+    }
+    for (auto& in : op->inputs) {
+      if (in->peer != nullptr) sends.emplace_back(in.get(), in->peer);
+    }
+    for (auto [from, to] : sends) {
+      if (from->plan.kind == SendPlan::Kind::none && !from->plan.permute) continue;
+      Scratch buf(from->plan.buffer_elems * size_of(from->type));
+      std::memset(buf.data(), 0, buf.bytes());
+      cycles += statistics_time([&] {
+        from->start(buf.data());
+        to->wait();
+      });
+      from->request.forget_history();
     }
     for (auto& p : op->params) {
       if (!p->part.exchange) continue;
