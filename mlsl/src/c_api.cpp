@@ -8,6 +8,7 @@
 // as in C++ (docs/MLSL.md, plan §3.3 and §4.8).
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <type_traits>
@@ -123,6 +124,16 @@ bool c_api_have(const char* function, const void* pointer, const char* name) {
 }
 
 // C enums arrive as ints that may hold anything; the C++ API would take them at face value.
+// Read through memcpy: in C++ even loading an enum object that holds a value outside its
+// enumerators is undefined (UBSan's -fsanitize=enum stops on it).
+template <class Enum>
+int c_api_raw(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are passed as int");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 bool c_api_in_range(const char* function, const char* what, int value, int count,
                     const char* names) {
   if (value >= 0 && value < count) return true;
@@ -131,17 +142,15 @@ bool c_api_in_range(const char* function, const char* what, int value, int count
   return false;
 }
 
-bool c_api_dtype_ok(const char* function, mlsl_data_type value) {
-  return c_api_in_range(function, "data type", static_cast<int>(value), 3,
-                        "DT_FLOAT, DT_DOUBLE, DT_BYTE");
+bool c_api_dtype_ok(const char* function, const mlsl_data_type& value) {
+  return c_api_in_range(function, "data type", c_api_raw(value), 3, "DT_FLOAT, DT_DOUBLE, DT_BYTE");
 }
-bool c_api_group_ok(const char* function, mlsl_group_type value) {
-  return c_api_in_range(function, "group type", static_cast<int>(value), 3,
+bool c_api_group_ok(const char* function, const mlsl_group_type& value) {
+  return c_api_in_range(function, "group type", c_api_raw(value), 3,
                         "GT_DATA, GT_MODEL, GT_GLOBAL");
 }
-bool c_api_reduction_ok(const char* function, mlsl_reduction_type value) {
-  return c_api_in_range(function, "reduction type", static_cast<int>(value), 3,
-                        "RT_SUM, RT_MIN, RT_MAX");
+bool c_api_reduction_ok(const char* function, const mlsl_reduction_type& value) {
+  return c_api_in_range(function, "reduction type", c_api_raw(value), 3, "RT_SUM, RT_MIN, RT_MAX");
 }
 
 MLSL::DataType c_api_cxx(mlsl_data_type value) {
@@ -215,7 +224,7 @@ int c_api_call(const char* function, unsigned long long handle, Result (T::*meth
 // A Distribution collective: live distribution, req non-NULL, enums in range, then post.
 template <class Post>
 int c_api_collective(const char* function, mlsl_distribution dist, mlsl_comm_req* req,
-                     mlsl_data_type dtype, mlsl_group_type group, Post post) {
+                     const mlsl_data_type& dtype, const mlsl_group_type& group, Post post) {
   MLSL::Distribution* object = c_api_object<MLSL::Distribution>(function, dist);
   if (object == nullptr || !c_api_have(function, req, "req") || !c_api_dtype_ok(function, dtype) ||
       !c_api_group_ok(function, group)) {
@@ -548,7 +557,7 @@ int mlsl_operation_reg_info_add_parameter_set_with_compress(mlsl_operation_reg_i
                                                             mlsl_data_type dtype, int dist_update,
                                                             mlsl_compression_type compress_type) {
   if (!c_api_dtype_ok(__func__, dtype) ||
-      !c_api_in_range(__func__, "compression type", static_cast<int>(compress_type), 2,
+      !c_api_in_range(__func__, "compression type", c_api_raw(compress_type), 2,
                       "CT_NONE, CT_QUANTIZATION")) {
     return CMLSL_FAILURE;
   }
@@ -730,8 +739,7 @@ int mlsl_session_get_phase_type(mlsl_session session, mlsl_phase_type* phase_typ
 
 int mlsl_session_create_operation_reg_info(mlsl_session session, mlsl_op_type op_type,
                                            mlsl_operation_reg_info* reg_info) {
-  if (!c_api_in_range(__func__, "operation type", static_cast<int>(op_type), 10,
-                      "OT_CC .. OT_EVAL")) {
+  if (!c_api_in_range(__func__, "operation type", c_api_raw(op_type), 10, "OT_CC .. OT_EVAL")) {
     return CMLSL_FAILURE;
   }
   return c_api_get(__func__, session, reg_info, "reg_info", &MLSL::Session::CreateOperationRegInfo,
@@ -836,8 +844,7 @@ int mlsl_environment_create_session(mlsl_environment env, mlsl_phase_type phase_
                                     mlsl_session* session) {
   MLSL::Environment* e = c_api_env(__func__, env);
   if (e == nullptr || !c_api_have(__func__, session, "session") ||
-      !c_api_in_range(__func__, "phase type", static_cast<int>(phase_type), 2,
-                      "PT_TRAIN, PT_TEST")) {
+      !c_api_in_range(__func__, "phase type", c_api_raw(phase_type), 2, "PT_TRAIN, PT_TEST")) {
     return CMLSL_FAILURE;
   }
   return c_api_run(__func__, [&] {
