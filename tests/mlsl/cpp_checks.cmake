@@ -61,6 +61,12 @@ foreach(layout ${MLSL_LAYOUTS})
 endforeach()
 mlsl_add_launch(mlsl_train_2x2_m2_du1_ub1_test 2x2 mlsl_train 2 1 1 1)
 
+# The MLSL variables: priorities (LIFO, FIFO), statistics, logging, ignored ones reported.
+add_test(NAME mlsl_env_2x2
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_env_check.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}
+                 ${MLSL_WORK}/mlsl_env_2x2)
+set_tests_properties(mlsl_env_2x2 PROPERTIES LABELS "integration;mlsl" TIMEOUT 300)
+
 # Misuse ends the process with status 1 and a message, as in MLSL; a mismatch of collectives
 # fails instead of hanging.
 add_test(NAME mlsl_errors
