@@ -140,7 +140,6 @@ using nodecomm::mlsl::distribution_overlap;
 using nodecomm::mlsl::distribution_require;
 using nodecomm::mlsl::DistributionImpl;
 using nodecomm::mlsl::entry;
-using nodecomm::mlsl::Exchange;
 using nodecomm::mlsl::HandleKind;
 using nodecomm::mlsl::impl_of;
 using nodecomm::mlsl::Misuse;

@@ -330,9 +330,11 @@ void* Runtime::alloc(size_t bytes, size_t alignment) {
       return nullptr;
     }
   }
-  auto aligned = reinterpret_cast<uintptr_t>(base);
-  if (arena && extra != 0) aligned = (aligned + alignment - 1) & ~(uintptr_t{alignment} - 1);
-  void* ptr = reinterpret_cast<void*>(aligned);
+  const auto address = reinterpret_cast<uintptr_t>(base);
+  size_t shift = 0;
+  if (arena && extra != 0)
+    shift = ((address + alignment - 1) & ~(uintptr_t{alignment} - 1)) - address;
+  void* ptr = static_cast<char*>(base) + shift;
   allocations_[ptr] = Allocation{base, arena};
   return ptr;
 }

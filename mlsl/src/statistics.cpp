@@ -104,7 +104,9 @@ void StatisticsImpl::measure_isolation() {
     for (auto& in : op->inputs) {
       if (in->peer != nullptr) sends.emplace_back(in.get(), in->peer);
     }
-    for (auto [from, to] : sends) {
+    for (const auto& [from_end, to_end] : sends) {
+      ActivationImpl* from = from_end;
+      ActivationImpl* to = to_end;
       if (from->plan.kind == SendPlan::Kind::none && !from->plan.permute) continue;
       Scratch buf(from->plan.buffer_elems * size_of(from->type));
       std::memset(buf.data(), 0, buf.bytes());
