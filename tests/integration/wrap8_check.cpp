@@ -12,8 +12,9 @@ namespace {
 
 uint8_t wrap8_input(int rank, size_t i, bool prod) {
   // Sums overflow quickly; products mix odd factors (never 0 mod 256 by accident) and 2s.
-  return prod ? static_cast<uint8_t>(((rank * 5 + i * 3) % 7) * 2 + 1)
-              : static_cast<uint8_t>((rank * 29 + i * 7 + 101) & 0xFF);
+  const auto r = static_cast<size_t>(rank);
+  return prod ? static_cast<uint8_t>(((r * 5 + i * 3) % 7) * 2 + 1)
+              : static_cast<uint8_t>((r * 29 + i * 7 + 101) & 0xFF);
 }
 
 }  // namespace

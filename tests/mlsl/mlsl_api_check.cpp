@@ -746,8 +746,8 @@ size_t env_size(const char* name, size_t fallback) {
 
 std::vector<DistUnderTest> make_distributions(size_t n) {
   std::vector<std::pair<size_t, size_t>> shapes = {{n, 1}};
-  if (n % 2 == 0) shapes.push_back({n / 2, 2});
-  shapes.push_back({1, n});
+  if (n % 2 == 0) shapes.emplace_back(n / 2, 2);
+  shapes.emplace_back(1, n);
   const std::pair<size_t, size_t> kReplicated[] = {{1, 1}, {2, 1}, {1, 2}};
   for (auto s : kReplicated)
     if (n % (s.first * s.second) == 0) shapes.push_back(s);

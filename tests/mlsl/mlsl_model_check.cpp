@@ -59,7 +59,7 @@ void fail(const char* fmt, ...) {
   char text[512];
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(text, sizeof text, fmt, ap);
+  std::vsnprintf(text, sizeof text, fmt, ap);  // NOLINT(clang-analyzer-valist.Uninitialized)
   va_end(ap);
   if (g_failures < 60) std::fprintf(stderr, "[%zu] FAIL %s: %s\n", g_rank, g_where.c_str(), text);
   ++g_failures;
@@ -820,8 +820,8 @@ double quant_grad(size_t it, size_t e, size_t d) {
 int run_quant() {
   const char* kind_env = std::getenv("NODECOMM_MLSL_QUANT");
   const std::string kind = kind_env && *kind_env ? kind_env : "int8";
-  const size_t nodes = std::strtoul(
-      std::getenv("NODECOMM_NODES") ? std::getenv("NODECOMM_NODES") : "1", nullptr, 10);
+  const char* nodes_env = std::getenv("NODECOMM_NODES");
+  const size_t nodes = std::strtoul(nodes_env != nullptr ? nodes_env : "1", nullptr, 10);
   g_where = "quant (" + kind + ", " + std::to_string(nodes) + " nodes)";
   MLSL::QuantParams qp;
   qp.lib_path = const_cast<char*>("/nonexistent/libdlcomp.so");
