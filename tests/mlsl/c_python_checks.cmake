@@ -2,7 +2,7 @@
 # tests/mlsl/CMakeLists.txt, which sets MLSL_LAUNCH and MLSL_LAYOUTS.
 
 # mlsl_c_check: a C99 program that links `mlsl` alone and includes only mlsl.h.
-add_executable(mlsl_c_check mlsl_c_check.c)
+add_executable(mlsl_c_check mlsl_c_check.c mlsl_c_collectives.c mlsl_c_model.c)
 set_target_properties(mlsl_c_check PROPERTIES C_STANDARD 99 C_STANDARD_REQUIRED ON
                                               C_EXTENSIONS OFF)
 target_compile_options(mlsl_c_check PRIVATE -pedantic)
