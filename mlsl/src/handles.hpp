@@ -1,4 +1,4 @@
-// What the C API (c_api.cpp) asks the implementation before it turns a handle back into an
+// What the C API (c_api_*.cpp) asks the implementation before it turns a handle back into an
 // object: a C program hands in plain integers, so a stale or made-up one must come back as
 // CMLSL_FAILURE, not be dereferenced.
 #pragma once
