@@ -1,8 +1,9 @@
 # The MLSL layer through its C++ API (plan §7.2, §7.3, §7.5, §7.6). Included from
 # tests/mlsl/CMakeLists.txt, which sets MLSL_LAUNCH and MLSL_LAYOUTS. Every program links
 # `mlsl` alone, as an MLSL program would, and includes nothing but mlsl.hpp (and reference.hpp).
-add_executable(mlsl_api_check mlsl_api_check.cpp)
-add_executable(mlsl_model_check mlsl_model_check.cpp)
+add_executable(mlsl_api_check mlsl_api_check.cpp mlsl_api_collectives.cpp)
+add_executable(mlsl_model_check mlsl_model_check.cpp mlsl_model_net.cpp mlsl_model_tiles.cpp
+                                mlsl_model_pairs.cpp mlsl_model_quant.cpp)
 # The example is C++98 on purpose: MLSL's programs may be built with -std=c++98, and building it
 # so proves that mlsl.hpp still is.
 add_executable(mlsl_train ${PROJECT_SOURCE_DIR}/examples/mlsl/mlsl_train.cpp)
