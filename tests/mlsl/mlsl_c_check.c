@@ -203,7 +203,7 @@ static void check_refusals(mlsl_distribution dist) {
 }
 
 int main(int argc, char** argv) {
-  int version = 0, init = -1, d, m;
+  int version = 0, init = -1, d, m, mparts;
   size_t v = 0;
   mlsl_distribution dist = 0;
   mlsl_quant_params qp_handle = 1;
@@ -270,10 +270,20 @@ int main(int argc, char** argv) {
   check_collectives(dist, d, m);
   check_bytes(dist);
   check_colors();
-  run_chain(dist, d, m, 0, 1);
-  run_chain(dist, d, m, 0, 0);
-  run_chain(dist, d, m, 1, 1);
-  run_chain(dist, d, m, 1, 0);
+  /* The model chain on every grid the world allows: model parts 1, 2 and 4, distributed update
+   * off and on, library and user buffers. */
+  for (mparts = 1; mparts <= 4; mparts *= 2) {
+    mlsl_distribution grid = 0;
+    if (world % mparts != 0) continue;
+    if (!OK(mlsl_environment_create_distribution(env, (size_t)(world / mparts), (size_t)mparts,
+                                                 &grid)))
+      return 1;
+    run_chain(grid, world / mparts, mparts, 0, 1);
+    run_chain(grid, world / mparts, mparts, 0, 0);
+    run_chain(grid, world / mparts, mparts, 1, 1);
+    run_chain(grid, world / mparts, mparts, 1, 0);
+    OK(mlsl_environment_delete_distribution(env, grid));
+  }
 
   OK(mlsl_environment_delete_distribution(env, dist));
   REFUSED(mlsl_distribution_barrier(dist, GT_GLOBAL));
