@@ -10,10 +10,6 @@ namespace nodecomm::mlsl {
 
 namespace {
 
-void activation_require(bool ok, const std::string& message) {
-  if (!ok) throw Misuse(message);
-}
-
 void activation_add(std::vector<std::unique_ptr<BlockImpl>>& list, size_t mb_offset,
                     size_t mb_count, size_t fm_offset, size_t fm_count, size_t fm_size,
                     size_t buf_offset, DataType type) {
@@ -131,11 +127,10 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
   if (out.need_reduce && &dO == &dI) {
     // Case 1: partial sums reduced and scattered over the model group, gathered back.
     const size_t c = LI * mbI * SI;
-    activation_require(FO % MO == 0 && (FO / MO) * SO * mbO == c,
-                       where + ": " + std::to_string(FO) +
-                           " feature maps do not split evenly "
-                           "over " +
-                           std::to_string(MO) + " model parts");
+    require(FO % MO == 0 && (FO / MO) * SO * mbO == c, where + ": " + std::to_string(FO) +
+                                                           " feature maps do not split evenly "
+                                                           "over " +
+                                                           std::to_string(MO) + " model parts");
     const auto m = static_cast<size_t>(dO.model_index());
     fwd = SendPlan{SendPlan::Kind::reduce_scatter, dO.model_comm(), c, 0, MO * c, (MO + 1) * c};
     bwd = SendPlan{SendPlan::Kind::allgather, dO.model_comm(), c, m * c, 0, MO * c};
@@ -189,9 +184,9 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
     // exchange, and the program uses the shared buffer as it is.
   } else if (out.need_reduce && MI == 1 && DI == MO * DO) {
     // Case 3: the producer's minibatch slice is split over its model group as the consumer's.
-    activation_require(mbO % MO == 0 && mbO / MO == mbI,
-                       where + ": the local minibatch " + std::to_string(mbO) +
-                           " does not split into " + std::to_string(MO) + " consumer slices");
+    require(mbO % MO == 0 && mbO / MO == mbI, where + ": the local minibatch " +
+                                                  std::to_string(mbO) + " does not split into " +
+                                                  std::to_string(MO) + " consumer slices");
     const size_t c = FI * mbI * SI;
     const auto j = static_cast<size_t>(dO.model_index());
     fwd = SendPlan{SendPlan::Kind::reduce_scatter, dO.model_comm(), c, 0, MO * c, (MO + 1) * c};
@@ -208,17 +203,16 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
     const auto n = static_cast<size_t>(activation_comm_size(comm));
     const size_t lm = std::min(mbO, mbI);
     const size_t fx = std::min(LO * SO, LI * SI);
-    activation_require(lm > 0 && fx > 0 && fx % SO == 0 && fx % SI == 0,
-                       where + ": the tiles do not cut into whole feature maps");
+    require(lm > 0 && fx > 0 && fx % SO == 0 && fx % SI == 0,
+            where + ": the tiles do not cut into whole feature maps");
     const size_t c = lm * fx;
     const size_t sent = activation_grid_blocks(out.pack, mbO, LO, lm, fx / SO, SO, c, t);
     const size_t got = activation_grid_blocks(in.unpack, mbI, LI, lm, fx / SI, SI, c, t);
     activation_grid_blocks(in.pack, mbI, LI, lm, fx / SI, SI, c, t);
     activation_grid_blocks(out.unpack, mbO, LO, lm, fx / SO, SO, c, t);
-    activation_require(sent == n && got == n, where + ": " + std::to_string(sent) +
-                                                  " blocks to send and " + std::to_string(got) +
-                                                  " to receive, but the group has " +
-                                                  std::to_string(n) + " members (not supported)");
+    require(sent == n && got == n, where + ": " + std::to_string(sent) + " blocks to send and " +
+                                       std::to_string(got) + " to receive, but the group has " +
+                                       std::to_string(n) + " members (not supported)");
     fwd = SendPlan{SendPlan::Kind::alltoall, comm, c, 0, n * c, 2 * n * c};
     bwd = SendPlan{SendPlan::Kind::alltoall, comm, c, 0, n * c, 2 * n * c};
   } else {
@@ -235,7 +229,7 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
 
 void ActivationImpl::start(void* buf) {
   if (plan.kind == SendPlan::Kind::none && !plan.permute) return;
-  activation_require(buf != nullptr, describe() + ": StartComm needs a buffer");
+  require(buf != nullptr, describe() + ": StartComm needs a buffer");
   Runtime& rt = Runtime::get();
   auto x = std::make_unique<Exchange>(describe() + " exchange");
   x->set_owner(op);

@@ -28,10 +28,6 @@ bool distribution_overlap(const void* a, size_t a_bytes, const void* b, size_t b
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-void distribution_require(bool ok, const std::string& message) {
-  if (!ok) throw Misuse(message);
-}
-
 }  // namespace
 
 DistributionImpl::DistributionImpl(int id, nc_comm_t data, nc_comm_t model)
@@ -137,12 +133,12 @@ namespace MLSL {
 
 using nodecomm::mlsl::distribution_next_id;
 using nodecomm::mlsl::distribution_overlap;
-using nodecomm::mlsl::distribution_require;
 using nodecomm::mlsl::DistributionImpl;
 using nodecomm::mlsl::entry;
 using nodecomm::mlsl::HandleKind;
 using nodecomm::mlsl::impl_of;
 using nodecomm::mlsl::Misuse;
+using nodecomm::mlsl::require;
 using nodecomm::mlsl::Runtime;
 using nodecomm::mlsl::size_of;
 using nodecomm::mlsl::to_nc;
@@ -161,9 +157,10 @@ int distribution_check(DistributionImpl& d, const char* call, DataType type, Gro
 }
 
 void distribution_check_root(size_t root, int n, const char* call) {
-  distribution_require(root < static_cast<size_t>(n),
-                       std::string(call) + ": root " + std::to_string(root) +
-                           " is not an index of a group of " + std::to_string(n));
+  if (root >= static_cast<size_t>(n)) {
+    throw Misuse(std::string(call) + ": root " + std::to_string(root) +
+                 " is not an index of a group of " + std::to_string(n));
+  }
 }
 
 }  // namespace
@@ -303,10 +300,9 @@ CommReq* Distribution::AlltoAllv(void* sendBuffer, size_t* sendCounts, size_t* s
   return entry("Distribution::AlltoAllv", [&] {
     auto& d = distribution_self(this, "Distribution");
     const int n = distribution_check(d, "AlltoAllv", dataType, groupType);
-    distribution_require(
-        recvCounts != nullptr && recvOffsets != nullptr &&
-            (sendBuffer == recvBuffer || (sendCounts != nullptr && sendOffsets != nullptr)),
-        "AlltoAllv: counts and offsets must not be NULL");
+    require(recvCounts != nullptr && recvOffsets != nullptr &&
+                (sendBuffer == recvBuffer || (sendCounts != nullptr && sendOffsets != nullptr)),
+            "AlltoAllv: counts and offsets must not be NULL");
     const size_t elem = size_of(dataType);
     std::vector<size_t> rc(recvCounts, recvCounts + n);
     std::vector<size_t> ro(recvOffsets, recvOffsets + n);
@@ -410,7 +406,7 @@ CommReq* Distribution::AllGatherv(void* sendBuffer, size_t sendCount, void* recv
   return entry("Distribution::AllGatherv", [&] {
     auto& d = distribution_self(this, "Distribution");
     const int n = distribution_check(d, "AllGatherv", dataType, groupType);
-    distribution_require(recvCounts != nullptr, "AllGatherv: recvCounts is NULL");
+    require(recvCounts != nullptr, "AllGatherv: recvCounts is NULL");
     const size_t elem = size_of(dataType);
     std::vector<size_t> counts(recvCounts, recvCounts + n);
     std::vector<size_t> displs(n, 0);
@@ -420,10 +416,11 @@ CommReq* Distribution::AllGatherv(void* sendBuffer, size_t sendCount, void* recv
       total += counts[i];
     }
     const int me = d.index(groupType);
-    distribution_require(sendCount == counts[me],
-                         "AllGatherv: sendCount " + std::to_string(sendCount) +
-                             " differs from recvCounts[" + std::to_string(me) +
-                             "] = " + std::to_string(counts[me]));
+    if (sendCount != counts[me]) {
+      throw Misuse("AllGatherv: sendCount " + std::to_string(sendCount) +
+                   " differs from recvCounts[" + std::to_string(me) +
+                   "] = " + std::to_string(counts[me]));
+    }
     auto x = d.exchange("AllGatherv", groupType, total * elem);
     const void* send = sendBuffer;
     const size_t bytes = sendCount * elem;

@@ -140,7 +140,7 @@ bool Engine::test(Exchange& x) {
   return x.done_;
 }
 
-void Engine::wait(Exchange& x) {
+void Engine::complete(Exchange& x) {
   while (!x.done_) {
     if (x.needs_post_) post(x);
     const nc_status_t status = nc_wait(ctx_, x.current_);
@@ -151,29 +151,24 @@ void Engine::wait(Exchange& x) {
     x.current_ = 0;
     finish_step(x, status);
   }
+}
+
+void Engine::wait(Exchange& x) {
+  complete(x);
   check(x);
 }
 
 void Engine::finish_owned_by(const void* owner) {
-  std::vector<Exchange*> mine;
-  for (Exchange* x : in_flight_) {
-    if (x->owner_ == owner) mine.push_back(x);
-  }
-  for (Exchange* x : mine) {
-    while (!x->done_) {
-      if (x->needs_post_) post(*x);
-      const nc_status_t status = nc_wait(ctx_, x->current_);
-      if (status == NC_ERR_TIMEOUT) throw Misuse(describe_nc(x->what_, status));
-      x->current_ = 0;
-      finish_step(*x, status);
-    }
+  // A copy: completing an exchange takes it off the list.
+  const std::vector<Exchange*> in_flight(in_flight_.begin(), in_flight_.end());
+  for (Exchange* x : in_flight) {
+    if (x->owner_ == owner) complete(*x);
   }
 }
 
 void Engine::finish_all() {
-  std::vector<const void*> owners;
-  for (Exchange* x : in_flight_) owners.push_back(x->owner_);
-  for (const void* owner : owners) finish_owned_by(owner);
+  const std::vector<Exchange*> in_flight(in_flight_.begin(), in_flight_.end());
+  for (Exchange* x : in_flight) complete(*x);
 }
 
 void Engine::forget(Exchange& x) {

@@ -77,6 +77,8 @@ class Engine {
 
  private:
   void post(Exchange& x);
+  // Waits until every step is done; a failure stays in `x` for its owner's Wait or Test.
+  void complete(Exchange& x);
   void finish_step(Exchange& x, nc_status_t status);
   bool progress_one(const Exchange* except);
   void check(Exchange& x) const;

@@ -97,27 +97,7 @@ nc_dtype_t to_nc(DataType type) {
 }
 
 size_t size_of(DataType type) {
-  switch (type) {
-    case DT_FLOAT:
-      return 4;
-    case DT_DOUBLE:
-      return 8;
-    case DT_BYTE:
-      return 1;
-  }
-  throw Misuse("unknown DataType " + std::to_string(static_cast<int>(type)));
-}
-
-const char* name_of(DataType type) {
-  switch (type) {
-    case DT_FLOAT:
-      return "DT_FLOAT";
-    case DT_DOUBLE:
-      return "DT_DOUBLE";
-    case DT_BYTE:
-      return "DT_BYTE";
-  }
-  return "DataType(?)";
+  return nc_dtype_size(to_nc(type));
 }
 
 nc_redop_t to_nc(ReductionType op) {

@@ -31,6 +31,12 @@ struct Misuse : std::runtime_error {
 // job's other ranks hear of it at once) and exits 1, as MLSL's assertions exit.
 [[noreturn]] void fatal(const char* function, const std::string& message);
 
+// MLSL's assertion: throws Misuse(message) unless `ok`. For set-up calls; on a collective's
+// path test first and build the message only when it fails.
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw Misuse(message);
+}
+
 // Runs one public method's body; any exception becomes fatal() naming the method.
 template <class Body>
 auto entry(const char* function, Body&& body) -> decltype(body()) {
@@ -49,7 +55,6 @@ inline void check_nc(nc_status_t status, const std::string& what) {
 
 nc_dtype_t to_nc(DataType type);
 size_t size_of(DataType type);
-const char* name_of(DataType type);
 nc_redop_t to_nc(ReductionType op);  // RT_MIN is 1 in MLSL, NC_MIN is 2: never a cast
 
 struct Settings {

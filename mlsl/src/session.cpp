@@ -9,14 +9,10 @@ namespace nodecomm::mlsl {
 namespace {
 int session_next_id = 1;
 
-void session_require(bool ok, const std::string& message) {
-  if (!ok) throw Misuse(message);
-}
-
 void session_check_shape(size_t count, size_t size, DataType type, const char* what) {
-  session_require(count > 0 && size > 0 && count <= INT_MAX && size <= INT_MAX,
-                  std::string(what) + ": counts must be in 1.." + std::to_string(INT_MAX) +
-                      ", got " + std::to_string(count) + " x " + std::to_string(size));
+  require(count > 0 && size > 0 && count <= INT_MAX && size <= INT_MAX,
+          std::string(what) + ": counts must be in 1.." + std::to_string(INT_MAX) + ", got " +
+              std::to_string(count) + " x " + std::to_string(size));
   size_of(type);
 }
 }  // namespace
@@ -69,12 +65,12 @@ OperationImpl::~OperationImpl() {
 }
 
 void OperationImpl::assign(DistributionImpl* d) {
-  session_require(dist == nullptr, "operation " + name + " already has a distribution");
+  require(dist == nullptr, "operation " + name + " already has a distribution");
   const size_t data = static_cast<size_t>(d->data_size());
-  session_require(session->global_mb % data == 0,
-                  "operation " + name + ": the global minibatch " +
-                      std::to_string(session->global_mb) + " is not a multiple of the " +
-                      std::to_string(data) + " data parts of " + d->describe());
+  require(session->global_mb % data == 0, "operation " + name + ": the global minibatch " +
+                                              std::to_string(session->global_mb) +
+                                              " is not a multiple of the " + std::to_string(data) +
+                                              " data parts of " + d->describe());
   dist = d;
   d->acquire();
   minibatch = minibatch_slice(session->global_mb, d->data_size(), d->data_index());
@@ -84,9 +80,9 @@ void OperationImpl::assign(DistributionImpl* d) {
 }
 
 void OperationImpl::require_distribution(const char* call) const {
-  session_require(dist != nullptr, std::string(call) + ": operation " + name +
-                                       " has no distribution yet (AddOperation with one, or "
-                                       "SetDistribution)");
+  require(dist != nullptr, std::string(call) + ": operation " + name +
+                               " has no distribution yet (AddOperation with one, or "
+                               "SetDistribution)");
 }
 
 void OperationImpl::settle() {
@@ -112,10 +108,10 @@ using nodecomm::mlsl::Misuse;
 using nodecomm::mlsl::OperationImpl;
 using nodecomm::mlsl::ParameterShape;
 using nodecomm::mlsl::RegInfoImpl;
+using nodecomm::mlsl::require;
 using nodecomm::mlsl::Runtime;
 using nodecomm::mlsl::session_check_shape;
 using nodecomm::mlsl::session_next_id;
-using nodecomm::mlsl::session_require;
 using nodecomm::mlsl::SessionImpl;
 
 namespace {
@@ -132,23 +128,22 @@ OperationImpl& session_op(Operation* o) {
 // Links output `out_idx` of `producer` with input `in_idx` of `consumer` (SetNext and SetPrev
 // both land here; setting the same link from both ends is allowed).
 void session_link(OperationImpl& producer, size_t out_idx, OperationImpl& consumer, size_t in_idx) {
-  session_require(
+  require(
       producer.session == consumer.session,
       "operations " + producer.name + " and " + consumer.name + " belong to different sessions");
-  session_require(!producer.session->committed, "the session is committed already");
-  session_require(out_idx < producer.outputs.size(),
-                  "operation " + producer.name + " has no output " + std::to_string(out_idx));
-  session_require(in_idx < consumer.inputs.size(),
-                  "operation " + consumer.name + " has no input " + std::to_string(in_idx));
+  require(!producer.session->committed, "the session is committed already");
+  require(out_idx < producer.outputs.size(),
+          "operation " + producer.name + " has no output " + std::to_string(out_idx));
+  require(in_idx < consumer.inputs.size(),
+          "operation " + consumer.name + " has no input " + std::to_string(in_idx));
   ActivationImpl& out = *producer.outputs[out_idx];
   ActivationImpl& in = *consumer.inputs[in_idx];
-  session_require(out.global_fm * out.fm_size == in.global_fm * in.fm_size && out.type == in.type,
-                  out.describe() + " (" + std::to_string(out.global_fm) + " x " +
-                      std::to_string(out.fm_size) + ") does not match " + in.describe() + " (" +
-                      std::to_string(in.global_fm) + " x " + std::to_string(in.fm_size) + ")");
-  session_require(
-      (out.peer == nullptr || out.peer == &in) && (in.peer == nullptr || in.peer == &out),
-      out.describe() + " or " + in.describe() + " is linked to another activation");
+  require(out.global_fm * out.fm_size == in.global_fm * in.fm_size && out.type == in.type,
+          out.describe() + " (" + std::to_string(out.global_fm) + " x " +
+              std::to_string(out.fm_size) + ") does not match " + in.describe() + " (" +
+              std::to_string(in.global_fm) + " x " + std::to_string(in.fm_size) + ")");
+  require((out.peer == nullptr || out.peer == &in) && (in.peer == nullptr || in.peer == &out),
+          out.describe() + " or " + in.describe() + " is linked to another activation");
   out.peer = &in;
   in.peer = &out;
 }
@@ -157,8 +152,8 @@ void session_link(OperationImpl& producer, size_t out_idx, OperationImpl& consum
 Session* Environment::CreateSession(PhaseType phaseType) {
   return entry("Environment::CreateSession", [&]() -> Session* {
     Runtime::get().require_init("Environment::CreateSession");
-    session_require(phaseType == PT_TRAIN || phaseType == PT_TEST,
-                    "unknown PhaseType " + std::to_string(static_cast<int>(phaseType)));
+    require(phaseType == PT_TRAIN || phaseType == PT_TEST,
+            "unknown PhaseType " + std::to_string(static_cast<int>(phaseType)));
     return new SessionImpl(session_next_id++, phaseType);
   });
 }
@@ -170,8 +165,8 @@ void Environment::DeleteSession(Session* session) {
 void Session::SetGlobalMinibatchSize(size_t globalMinibatchSize) {
   entry("Session::SetGlobalMinibatchSize", [&] {
     auto& s = session_self(this);
-    session_require(globalMinibatchSize > 0, "the global minibatch size must be positive");
-    session_require(s.ops.empty(), "the global minibatch size must be set before AddOperation");
+    require(globalMinibatchSize > 0, "the global minibatch size must be positive");
+    require(s.ops.empty(), "the global minibatch size must be set before AddOperation");
     s.global_mb = globalMinibatchSize;
   });
 }
@@ -187,8 +182,8 @@ PhaseType Session::GetPhaseType() {
 OperationRegInfo* Session::CreateOperationRegInfo(OpType opType) {
   return entry("Session::CreateOperationRegInfo", [&]() -> OperationRegInfo* {
     auto& s = session_self(this);
-    session_require(opType >= OT_CC && opType <= OT_EVAL,
-                    "unknown OpType " + std::to_string(static_cast<int>(opType)));
+    require(opType >= OT_CC && opType <= OT_EVAL,
+            "unknown OpType " + std::to_string(static_cast<int>(opType)));
     s.infos.push_back(std::make_unique<RegInfoImpl>(&s, opType));
     Runtime::get().add_live(HandleKind::reg_info, s.infos.back().get());
     return s.infos.back().get();
@@ -214,8 +209,8 @@ size_t Session::AddOperation(OperationRegInfo* info, Distribution* dist) {
   return entry("Session::AddOperation", [&] {
     auto& s = session_self(this);
     auto& i = session_info(info);
-    session_require(s.global_mb > 0, "SetGlobalMinibatchSize must come before AddOperation");
-    session_require(!s.committed, "the session is committed already");
+    require(s.global_mb > 0, "SetGlobalMinibatchSize must come before AddOperation");
+    require(!s.committed, "the session is committed already");
     const size_t index = s.ops.size();
     s.ops.push_back(std::make_unique<OperationImpl>(&s, index, i));
     if (dist != nullptr) {
@@ -237,8 +232,8 @@ size_t Session::GetOperationCount() {
 Operation* Session::GetOperation(size_t idx) {
   return entry("Session::GetOperation", [&]() -> Operation* {
     auto& s = session_self(this);
-    session_require(idx < s.ops.size(),
-                    "operation " + std::to_string(idx) + " of " + std::to_string(s.ops.size()));
+    require(idx < s.ops.size(),
+            "operation " + std::to_string(idx) + " of " + std::to_string(s.ops.size()));
     return s.ops[idx].get();
   });
 }
@@ -247,8 +242,8 @@ void Session::Commit() {
   entry("Session::Commit", [&] {
     auto& s = session_self(this);
     Runtime::get().require_init("Session::Commit");
-    session_require(!s.committed, "the session is committed already");
-    session_require(s.global_mb > 0, "SetGlobalMinibatchSize must come before Commit");
+    require(!s.committed, "the session is committed already");
+    require(s.global_mb > 0, "SetGlobalMinibatchSize must come before Commit");
     for (auto& op : s.ops) op->require_distribution("Commit");
     // In operation order on every rank: plans may split communicators (collective).
     for (auto& op : s.ops) {
@@ -266,14 +261,14 @@ void Session::Commit() {
 Statistics* Session::GetStats() {
   return entry("Session::GetStats", [&]() -> Statistics* {
     auto& s = session_self(this);
-    session_require(s.global_mb > 0, "GetStats needs SetGlobalMinibatchSize first");
+    require(s.global_mb > 0, "GetStats needs SetGlobalMinibatchSize first");
     return s.stats.get();
   });
 }
 
 void OperationRegInfo::SetName(const char* name) {
   entry("OperationRegInfo::SetName", [&] {
-    session_require(name != nullptr, "name is NULL");
+    require(name != nullptr, "name is NULL");
     session_info(this).name = name;
   });
 }
@@ -302,10 +297,10 @@ size_t OperationRegInfo::AddParameterSet(size_t kernelCount, size_t kernelSize, 
                                          bool distributedUpdate, CompressionType compressType) {
   return entry("OperationRegInfo::AddParameterSet", [&] {
     session_check_shape(kernelCount, kernelSize, dataType, "AddParameterSet");
-    session_require(compressType == CT_NONE || compressType == CT_QUANTIZATION,
-                    "unknown CompressionType " + std::to_string(static_cast<int>(compressType)));
-    session_require(compressType == CT_NONE || Runtime::get().quant() != nullptr,
-                    "CT_QUANTIZATION needs Environment::SetQuantizationParams first");
+    require(compressType == CT_NONE || compressType == CT_QUANTIZATION,
+            "unknown CompressionType " + std::to_string(static_cast<int>(compressType)));
+    require(compressType == CT_NONE || Runtime::get().quant() != nullptr,
+            "CT_QUANTIZATION needs Environment::SetQuantizationParams first");
     auto& i = session_info(this);
     i.params.push_back(
         ParameterShape{kernelCount, kernelSize, dataType, distributedUpdate, compressType});
@@ -316,9 +311,9 @@ size_t OperationRegInfo::AddParameterSet(size_t kernelCount, size_t kernelSize, 
 void OperationRegInfo::Validate(Distribution* /*dist: unused, as in MLSL*/) {
   entry("OperationRegInfo::Validate", [&] {
     auto& i = session_info(this);
-    session_require(i.type != OT_SPLIT && i.type != OT_REDUCE,
-                    "operation type " + std::to_string(static_cast<int>(i.type)) +
-                        " (OT_SPLIT, OT_REDUCE) is not supported yet");
+    require(i.type != OT_SPLIT && i.type != OT_REDUCE,
+            "operation type " + std::to_string(static_cast<int>(i.type)) +
+                " (OT_SPLIT, OT_REDUCE) is not supported yet");
   });
 }
 
@@ -346,8 +341,8 @@ OpType Operation::GetOpType() {
 void Operation::SetPrev(Operation* prev, size_t actIdx, size_t prevOpActIdx) {
   entry("Operation::SetPrev", [&] {
     auto& op = session_op(this);
-    session_require(actIdx < op.inputs.size(),
-                    "operation " + op.name + " has no input " + std::to_string(actIdx));
+    require(actIdx < op.inputs.size(),
+            "operation " + op.name + " has no input " + std::to_string(actIdx));
     if (prev == nullptr) return;  // the input has no producer: nothing to exchange
     session_link(session_op(prev), prevOpActIdx, op, actIdx);
   });
@@ -356,8 +351,8 @@ void Operation::SetPrev(Operation* prev, size_t actIdx, size_t prevOpActIdx) {
 void Operation::SetNext(Operation* next, size_t actIdx, size_t nextOpActIdx) {
   entry("Operation::SetNext", [&] {
     auto& op = session_op(this);
-    session_require(actIdx < op.outputs.size(),
-                    "operation " + op.name + " has no output " + std::to_string(actIdx));
+    require(actIdx < op.outputs.size(),
+            "operation " + op.name + " has no output " + std::to_string(actIdx));
     if (next == nullptr) return;
     session_link(op, actIdx, session_op(next), nextOpActIdx);
   });
@@ -396,8 +391,8 @@ Activation* Operation::GetInput(size_t idx) {
   return entry("Operation::GetInput", [&]() -> Activation* {
     auto& op = session_op(this);
     op.require_distribution("GetInput");
-    session_require(idx < op.inputs.size(),
-                    "operation " + op.name + " has no input " + std::to_string(idx));
+    require(idx < op.inputs.size(),
+            "operation " + op.name + " has no input " + std::to_string(idx));
     return op.inputs[idx].get();
   });
 }
@@ -410,8 +405,8 @@ Activation* Operation::GetOutput(size_t idx) {
   return entry("Operation::GetOutput", [&]() -> Activation* {
     auto& op = session_op(this);
     op.require_distribution("GetOutput");
-    session_require(idx < op.outputs.size(),
-                    "operation " + op.name + " has no output " + std::to_string(idx));
+    require(idx < op.outputs.size(),
+            "operation " + op.name + " has no output " + std::to_string(idx));
     return op.outputs[idx].get();
   });
 }
@@ -428,8 +423,8 @@ ParameterSet* Operation::GetParameterSet(size_t idx) {
   return entry("Operation::GetParameterSet", [&]() -> ParameterSet* {
     auto& op = session_op(this);
     op.require_distribution("GetParameterSet");
-    session_require(idx < op.params.size(),
-                    "operation " + op.name + " has no parameter set " + std::to_string(idx));
+    require(idx < op.params.size(),
+            "operation " + op.name + " has no parameter set " + std::to_string(idx));
     return op.params[idx].get();
   });
 }

@@ -24,9 +24,6 @@ namespace {
 constexpr int statistics_iterations = 10;
 constexpr int statistics_warmup = 4;
 
-void statistics_require(bool ok, const char* message) {
-  if (!ok) throw Misuse(message);
-}
 }  // namespace
 
 unsigned long long stats_now() {
@@ -144,8 +141,8 @@ namespace MLSL {
 using nodecomm::mlsl::entry;
 using nodecomm::mlsl::HandleKind;
 using nodecomm::mlsl::impl_of;
+using nodecomm::mlsl::require;
 using nodecomm::mlsl::Runtime;
-using nodecomm::mlsl::statistics_require;
 using nodecomm::mlsl::StatisticsImpl;
 
 namespace {
@@ -165,7 +162,7 @@ void Statistics::Start() {
   entry("Statistics::Start", [&] {
     auto& s = statistics_self(this);
     if (!s.enabled) return;
-    statistics_require(!s.started, "statistics are started already");
+    require(!s.started, "statistics are started already");
     s.started = true;
     s.last_event = 0;
   });
@@ -175,7 +172,7 @@ void Statistics::Stop() {
   entry("Statistics::Stop", [&] {
     auto& s = statistics_self(this);
     if (!s.enabled) return;
-    statistics_require(s.started, "statistics are not started");
+    require(s.started, "statistics are not started");
     s.started = false;
   });
 }
@@ -184,7 +181,7 @@ void Statistics::Reset() {
   entry("Statistics::Reset", [&] {
     auto& s = statistics_self(this);
     if (!s.enabled) return;
-    statistics_require(!s.started, "Reset needs the statistics stopped");
+    require(!s.started, "Reset needs the statistics stopped");
     std::fill(s.comm_cycles.begin(), s.comm_cycles.end(), 0);
     std::fill(s.compute_cycles.begin(), s.compute_cycles.end(), 0);
     std::fill(s.comm_bytes.begin(), s.comm_bytes.end(), 0);
@@ -204,7 +201,7 @@ void Statistics::Print() {
   entry("Statistics::Print", [&] {
     auto& s = statistics_self(this);
     if (!s.enabled) return;
-    statistics_require(!s.started, "Print needs the statistics stopped");
+    require(!s.started, "Print needs the statistics stopped");
     if (Runtime::get().rank() != 0) return;
     std::string table = "# mlsl statistics, session " + std::to_string(s.session->id) +
                         " (cycles: time-stamp counter)\n"

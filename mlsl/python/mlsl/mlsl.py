@@ -306,8 +306,8 @@ def _address(buf, what="buffer"):
         return ctypes.addressof(buf)
     iface = getattr(buf, "__array_interface__", None)
     if iface is not None:
-        strides = iface.get("strides")
-        if strides is not None and not _contiguous(iface["shape"], strides, buf.itemsize):
+        # Read-only arrays are accepted (send buffers), so only the layout is checked here.
+        if not memoryview(buf).c_contiguous:
             raise ValueError(f"{what}: numpy array must be C-contiguous")
         return iface["data"][0]
     try:
@@ -320,15 +320,6 @@ def _address(buf, what="buffer"):
     if view.nbytes == 0:
         return None
     return ctypes.addressof((ctypes.c_char * view.nbytes).from_buffer(view.cast("B")))
-
-
-def _contiguous(shape, strides, itemsize):
-    expected = itemsize
-    for dim, stride in zip(reversed(shape), reversed(strides)):
-        if dim != 1 and stride != expected:
-            return False
-        expected *= dim
-    return True
 
 
 def _sizes(values, what):
