@@ -6,7 +6,7 @@
 // handle, a NULL pointer where a result is to be stored and an enumerator out of range are
 // refused with CMLSL_FAILURE and one line on stderr, before anything is started. What MLSL
 // itself asserts on is left to the C++ API, which takes the fatal path (message, exit 1) in C
-// as in C++ (docs/MLSL.md, plan §3.3 and §4.8).
+// as in C++ (docs/MLSL.md, "What differs").
 //
 // A named namespace, not an anonymous one: both files include this header, and the unity build
 // puts them in one translation unit (tests/packaging/unity_names.py).

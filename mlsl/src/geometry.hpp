@@ -2,7 +2,7 @@
 // out in data and model groups, and how it cuts minibatches and parameter sets between them.
 // Pure functions of the arguments (no nodecomm calls), so every rank computes the same answer
 // and the unit tests check the rules without a daemon. Written from MLSL's public API
-// documentation and headers as a specification (docs/MLSL.md, /work/notes/issue22-plan.md §4).
+// documentation and headers as a specification (docs/MLSL.md).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-# The MLSL layer through its C API (mlsl.h) and its Python module (plan §7.4). Included from
+# The MLSL layer through its C API (mlsl.h) and its Python module (docs/TESTING.md, "The MLSL
+# layer"). Included from
 # tests/mlsl/CMakeLists.txt, which sets MLSL_LAUNCH and MLSL_LAYOUTS.
 
 # mlsl_c_check: a C99 program that links `mlsl` alone and includes only mlsl.h.

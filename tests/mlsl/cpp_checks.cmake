@@ -1,4 +1,4 @@
-# The MLSL layer through its C++ API (plan §7.2, §7.3, §7.5, §7.6). Included from
+# The MLSL layer through its C++ API (docs/TESTING.md "The MLSL layer"). Included from
 # tests/mlsl/CMakeLists.txt, which sets MLSL_LAUNCH and MLSL_LAYOUTS. Every program links
 # `mlsl` alone, as an MLSL program would, and includes nothing but mlsl.hpp (and reference.hpp).
 add_executable(mlsl_api_check mlsl_api_check.cpp mlsl_api_collectives.cpp)
@@ -64,8 +64,8 @@ mlsl_add_launch(mlsl_train_2x2_m2_du1_ub1_test 2x2 mlsl_train 2 1 1 1)
 
 # The MLSL variables: priorities (LIFO, FIFO), statistics, logging, ignored ones reported.
 add_test(NAME mlsl_env_2x2
-         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_env_check.sh ${CMAKE_RUNTIME_OUTPUT_DIRECTORY}
-                 ${MLSL_WORK}/mlsl_env_2x2)
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mlsl_env_check.sh
+                 ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} ${MLSL_WORK}/mlsl_env_2x2)
 set_tests_properties(mlsl_env_2x2 PROPERTIES LABELS "integration;mlsl" TIMEOUT 300)
 
 # Misuse ends the process with status 1 and a message, as in MLSL; a mismatch of collectives

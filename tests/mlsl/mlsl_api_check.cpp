@@ -1,5 +1,5 @@
-// The MLSL layer's Environment and Distribution through the C++ API (issue 22, plan §7.2),
-// written against mlsl.hpp only and checked against tests/mlsl/reference.hpp.
+// The MLSL layer's Environment and Distribution through the C++ API (issue 22, docs/TESTING.md "The
+// MLSL layer"), written against mlsl.hpp only and checked against tests/mlsl/reference.hpp.
 //
 //   mlsl_api_check                 every check below; exit 1 on any mismatch
 //   mlsl_api_check --mode MODE     one misuse that must end the process with status 1 and a
@@ -59,7 +59,7 @@ void check_alloc(const char* when) {
       std::memset(p, 0x5A, s);  // the whole block is writable (ASan would object otherwise)
       env().Free(p);
     }
-  // Past the arena (64 MiB unless configured otherwise): the heap, never NULL (plan §4.9).
+  // Past the arena (64 MiB unless configured otherwise): the heap, never NULL (docs/MLSL.md).
   const size_t big = size_t(80) << 20;
   void* huge = env().Alloc(big, 4096);
   chk.expect_true(huge != nullptr && aligned(huge, 4096), "Alloc(80 MiB, 4096)");

@@ -1,7 +1,7 @@
-// What the files of mlsl_api_check share (issue 22, plan §7.2): the rank and failure count,
-// the per-case checker, a buffer from the arena or the heap, and a distribution under test.
-// mlsl_api_check.cpp checks the Environment, runs the matrix on every distribution and holds
-// the misuse modes; mlsl_api_collectives.cpp posts and checks the collectives.
+// What the files of mlsl_api_check share (issue 22, docs/TESTING.md "The MLSL layer"): the rank and
+// failure count, the per-case checker, a buffer from the arena or the heap, and a distribution
+// under test. mlsl_api_check.cpp checks the Environment, runs the matrix on every distribution and
+// holds the misuse modes; mlsl_api_collectives.cpp posts and checks the collectives.
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,8 @@
-// The collectives of mlsl_api_check (issue 22, plan §7.2): for each distribution the group
-// indices, counts and members of GT_DATA, GT_MODEL and GT_GLOBAL, and every collective on each
-// group over a sampled matrix in which every dtype, reduction, root, in-place form, buffer kind,
-// completion and count appears; then count 0 and 300 collectives in flight at once (past
-// nodecomm's 256 per client). Checked against tests/mlsl/reference.hpp.
+// The collectives of mlsl_api_check (issue 22, docs/TESTING.md "The MLSL layer"): for each
+// distribution the group indices, counts and members of GT_DATA, GT_MODEL and GT_GLOBAL, and every
+// collective on each group over a sampled matrix in which every dtype, reduction, root, in-place
+// form, buffer kind, completion and count appears; then count 0 and 300 collectives in flight at
+// once (past nodecomm's 256 per client). Checked against tests/mlsl/reference.hpp.
 #include <sched.h>
 
 #include <cstdio>
@@ -533,7 +533,8 @@ size_t run_matrix(DistUnderTest& d, bool with_global) {
 
 // 300 AllReduces posted before any is completed; half the buffers from the arena, half from
 // the heap; completed in posting order, every third by a Test loop. nodecomm refuses a 257th
-// operation in flight per client, so the layer must complete older ones and retry (plan §0.8).
+// operation in flight per client, so the layer must complete older ones and retry (docs/MLSL.md
+// "Requests").
 void flood(DistUnderTest& d) {
   const size_t kOps = 300, kCount = 7;
   std::vector<ApiBuf*> bufs;

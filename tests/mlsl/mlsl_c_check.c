@@ -1,6 +1,7 @@
 /*
- * mlsl_c_check: the MLSL layer through its C API (mlsl.h), plan §7.4. Every function of mlsl.h
- * is called at least once with its status checked (the two nodecomm extensions included):
+ * mlsl_c_check: the MLSL layer through its C API (mlsl.h), docs/TESTING.md "The MLSL layer" Every
+ * function of mlsl.h is called at least once with its status checked (the two nodecomm extensions
+ * included):
  *
  *  - the environment: version, init state, process index/count, Alloc/Free alignments,
  *    quantization parameters round trip;
@@ -17,8 +18,8 @@
  *
  * Every input is a small integer computed from (global rank, element index), and every result
  * is compared element by element with a reference computed here from the same formulas and the
- * documented group layout (plan §4.1): model group = M consecutive ranks, data group = D ranks M
- * apart. Nothing is shared with libmlsl.
+ * documented group layout (docs/MLSL.md "Process groups"): model group = M consecutive ranks, data
+ * group = D ranks M apart. Nothing is shared with libmlsl.
  *
  * Run under nodecomm-launch; prints "mlsl_c_check: rank R ok (N checks)" and exits 0, or
  * prints every failure and exits 1.
@@ -136,7 +137,7 @@ double* ref_new(size_t n) {
   return r;
 }
 
-/* ---- the group layout (plan §4.1), computed independently ---- */
+/* ---- the group layout (docs/MLSL.md "Process groups"), computed independently ---- */
 
 /* CreateDistribution(D, M) over a world of P: L = D*M, l = g % L, replica base (g / L) * L;
  * model group = the M consecutive ranks of l / M, data group = the D ranks M apart. */

@@ -48,7 +48,7 @@ void expect_elems(int line, const char* what, const void* buf, mlsl_data_type dt
                   size_t n);
 double* ref_new(size_t n);
 
-/* ---- the group layout (plan §4.1), computed independently ---- */
+/* ---- the group layout (docs/MLSL.md "Process groups"), computed independently ---- */
 
 #define MAX_GROUP 64
 

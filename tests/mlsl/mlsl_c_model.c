@@ -9,7 +9,7 @@
 
 #include "mlsl_c_check.h"
 
-/* ---- the model chain: op0 (CC) -> op1 (CC), plan §4.4-4.6 ---- */
+/* ---- the model chain: op0 (CC) -> op1 (CC), docs/MLSL.md "Activation exchanges" ---- */
 
 enum { FIN0 = 4, F0 = 8, F1 = 8, F2 = 4, FM = 3, K0 = 10, KS0 = 3, K1 = 7, KS1 = 2, ITERS = 2 };
 

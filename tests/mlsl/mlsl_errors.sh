@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Misuse of the MLSL API ends the program as MLSL ends it: a message naming the rank and the
-# call, then exit status 1 (plan §4.8, §7.6). One launch per mode of mlsl_api_check --mode;
+# call, then exit status 1 (docs/MLSL.md, "What differs"). One launch per mode of
+# mlsl_api_check --mode;
 # each must exit non-zero within its timeout and print its message. A collective mismatch
 # (rank 0 AllReduce, rank 1 Bcast) must fail with nodecomm's mismatch text instead of hanging.
 #   mlsl_errors.sh BIN_DIR
@@ -36,7 +37,7 @@ check() {
   fi
 }
 
-# The library's fatal path prints "mlsl[<rank>]: <function>: <message>" (plan §4.8).
+# The library's fatal path prints "mlsl[<rank>]: <function>: <message>" (docs/MLSL.md).
 check wait-twice 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'
 check wait-null 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'
 check test-then-wait 1x2 'mlsl\[[0-9]+\]: .*Wait.*not found'

@@ -1,6 +1,6 @@
 // The MLSL layer's Session, OperationRegInfo, Operation, Activation, ParameterSet and
-// Statistics through the C++ API (issue 22, plan §7.3), written against mlsl.hpp only and
-// checked against tests/mlsl/reference.hpp.
+// Statistics through the C++ API (issue 22, docs/TESTING.md "The MLSL layer"), written against
+// mlsl.hpp only and checked against tests/mlsl/reference.hpp.
 //
 //   mlsl_model_check              the chain and the exchanges below; exit 1 on any mismatch
 //   mlsl_model_check --mode quant CT_QUANTIZATION gradients (NODECOMM_MLSL_QUANT picks bf16 or
@@ -13,9 +13,10 @@
 //    consumer checks every unpacked element: a CC output split by model arrives summed over the
 //    model group, anything else unchanged. Every gradient of an activation, every reduced
 //    parameter gradient (the owned part) and every parameter after the increment is checked, and
-//    the persistent-request rules of plan §4.3 on each call. With MLSL_STATS=1 the statistics
-//    must account for the exchanges.
-// 2. Exchanges between different distributions (plan §4.6 cases 2 to 5, and none), element by
+//    the persistent-request rules of docs/MLSL.md "Requests" on each call. With MLSL_STATS=1 the
+//    statistics must account for the exchanges.
+// 2. Exchanges between different distributions (docs/MLSL.md "Activation exchanges" cases 2 to 5,
+// and none), element by
 //    element in both directions, reading the geometry only through the getters.
 // The chain is in mlsl_model_net.cpp, the exchanges in mlsl_model_pairs.cpp, --mode quant in
 // mlsl_model_quant.cpp; what they share, mlsl_model_check.hpp.
@@ -103,7 +104,7 @@ void run_chains(std::vector<DistInfo>& dists, bool full) {
 
 // Session bookkeeping outside training: a PT_TEST session, RemoveOperations, operations added
 // again afterwards, and a distribution deleted while its operations still use it (the layer
-// defers the release, plan §3.2): Commit and a gradient exchange over it must still work.
+// defers the release, docs/MLSL.md): Commit and a gradient exchange over it must still work.
 void run_session_lifecycle() {
   DistInfo di = make_dist(g_world, 1);
   g_where = "session lifecycle on dist " + di.name + " (deleted before Commit)";
@@ -178,7 +179,7 @@ int main_impl(int argc, char** argv) {
     run_session_lifecycle();
     run_chains(dists, true);
     // Replicated: the world holds several independent copies of a smaller distribution;
-    // gradients are summed within a copy's data group only (plan §0.2).
+    // gradients are summed within a copy's data group only (docs/MLSL.md).
     std::vector<DistInfo> replicated;
     if (g_world % 2 == 0 && g_world > 2) {
       replicated.push_back(make_dist(2, 1));

@@ -1,6 +1,7 @@
-// What the files of mlsl_model_check share (issue 22, plan §7.3): the rank, the world size,
-// the failure count and the session being checked; failure reports; a distribution with its
-// reference layout; an operation's specification, a chain's options and an activation tile.
+// What the files of mlsl_model_check share (issue 22, docs/TESTING.md "The MLSL layer"): the rank,
+// the world size, the failure count and the session being checked; failure reports; a distribution
+// with its reference layout; an operation's specification, a chain's options and an activation
+// tile.
 //   mlsl_model_check.cpp  main, the chains on each distribution, the session's lifecycle
 //   mlsl_model_net.cpp    one chain in one session through MLSL's training loop (class Net)
 //   mlsl_model_tiles.cpp  tiles packed into and unpacked from comm buffers by the library's blocks

@@ -1,7 +1,8 @@
-// One chain of operations of mlsl_model_check (issue 22, plan §7.3) in one session, run through
-// MLSL's training loop: every getter after Commit, every activation and gradient exchanged, every
-// reduced parameter gradient and parameter increment, the persistent-request rules of plan §4.3,
-// and the statistics. Checked against tests/mlsl/reference.hpp.
+// One chain of operations of mlsl_model_check (issue 22, docs/TESTING.md "The MLSL layer") in one
+// session, run through MLSL's training loop: every getter after Commit, every activation and
+// gradient exchanged, every reduced parameter gradient and parameter increment, the
+// persistent-request rules of docs/MLSL.md "Requests", and the statistics. Checked against
+// tests/mlsl/reference.hpp.
 #include <sched.h>
 #include <unistd.h>
 

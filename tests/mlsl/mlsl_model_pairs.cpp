@@ -1,6 +1,6 @@
-// Exchanges between different distributions in mlsl_model_check (issue 22, plan §4.6 cases 2
-// to 5, and none): a producer and its consumer on two distributions, element by element in both
-// directions, reading the geometry only through the getters.
+// Exchanges between different distributions in mlsl_model_check (issue 22, docs/MLSL.md "Activation
+// exchanges" cases 2 to 5, and none): a producer and its consumer on two distributions, element by
+// element in both directions, reading the geometry only through the getters.
 #include <chrono>
 #include <cstdio>
 #include <mlsl.hpp>

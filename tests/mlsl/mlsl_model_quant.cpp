@@ -1,5 +1,6 @@
-// --mode quant of mlsl_model_check (issue 22, plan §5.3): CT_QUANTIZATION gradients
-// (NODECOMM_MLSL_QUANT picks bf16 or int8) within the documented bounds, exact on one node.
+// --mode quant of mlsl_model_check (issue 22, docs/MLSL.md "Quantization"): CT_QUANTIZATION
+// gradients (NODECOMM_MLSL_QUANT picks bf16 or int8) within the documented bounds, exact on one
+// node.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +18,7 @@ namespace model_check {
 // ---------------------------------------------------------------------------------------------
 // --mode quant: one operation with three CT_QUANTIZATION parameter sets on P x 1: f32 without
 // distributed update (compressed between nodes), f32 with distributed update and f64 (both
-// uncompressed: nodecomm compresses f32 allreduces only, plan §5.3).
+// uncompressed: nodecomm compresses f32 allreduces only, docs/MLSL.md "Quantization").
 
 double quant_grad(size_t it, size_t e, size_t d) {
   // Integers up to 1e5: exact f32 sums of a few ranks, but beyond bf16's 8-bit mantissa, so that

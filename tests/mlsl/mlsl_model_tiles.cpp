@@ -1,5 +1,6 @@
-// Activation tiles of mlsl_model_check (issue 22, plan §7.3) copied into and out of comm
-// buffers by the blocks the library gives (CommBlockInfo), as MLSL's programs pack and unpack.
+// Activation tiles of mlsl_model_check (issue 22, docs/TESTING.md "The MLSL layer") copied into and
+// out of comm buffers by the blocks the library gives (CommBlockInfo), as MLSL's programs pack and
+// unpack.
 #include <cstring>
 #include <mlsl.hpp>
 

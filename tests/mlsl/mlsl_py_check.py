@@ -1,8 +1,8 @@
-"""mlsl_py_check: the MLSL layer through the Python module `mlsl` (plan §7.4).
+"""mlsl_py_check: the MLSL layer through the Python module `mlsl` (docs/TESTING.md).
 
 Run under nodecomm-launch. Checks, each value against a reference computed here with numpy from
-the inputs' formulas and the documented group layout (plan §4.1: model group = M consecutive
-ranks, data group = D ranks M apart):
+the inputs' formulas and the documented group layout (docs/MLSL.md, "Process groups": model
+group = M consecutive ranks, data group = D ranks M apart):
 
 * the module: version, init/finalize reference counting and close(), MLSL_ALLOW_REINIT=1's
   import-time init (with --import-init), Error on argument errors, quantization parameters;
@@ -116,7 +116,7 @@ def view(ptr, n, dt):
     return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(C_TYPES[dt])), shape=(n,))
 
 
-# ---- the group layout (plan §4.1), computed independently ----
+# ---- the group layout (docs/MLSL.md "Process groups"), computed independently ----
 
 def grid_group(g, p, d, m, gt):
     """(members by group index, this process's index) of CreateDistribution(d, m) on p."""
@@ -389,7 +389,7 @@ def check_colors(env, rank, world):
     env.delete_distribution(dist)
 
 
-# ---- the model chain: op0 (CC) -> op1 (CC), plan §4.4-4.6 ----
+# ---- the model chain: op0 (CC) -> op1 (CC), docs/MLSL.md "Activation exchanges" ----
 
 FIN0, F0, F1, F2, FM = 4, 8, 8, 4, 3
 LAYERS = ((10, 3, DataType.FLOAT), (7, 2, DataType.DOUBLE))  # kernels, kernel size, dtype

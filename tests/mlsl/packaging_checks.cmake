@@ -1,4 +1,4 @@
-# libmlsl as its users build it (plan §7.5). From the build tree by hand: `c++ -std=c++98` and
+# libmlsl as its users build it (docs/TESTING.md). From the build tree by hand: `c++ -std=c++98` and
 # `-std=c++20` with -I build/include -L build/lib -lmlsl only, and a C89 program over mlsl.h;
 # each needs libmlsl.so.1 and not libnodecomm, and runs on 2x2 (build_by_hand.sh). From the
 # installed tree (the packaging tests' `cmake --install` fixture, tests/packaging): through

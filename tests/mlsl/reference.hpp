@@ -1,12 +1,13 @@
-// The independent reference of the MLSL layer's checks (issue 22, plan §7): inputs as
-// deterministic functions of (global rank, element index), and the results libmlsl must give,
-// derived here from those formulas and from MLSL's documented layout rules (plan §4.1, §4.4,
+// The independent reference of the MLSL layer's checks (issue 22, docs/TESTING.md "The MLSL
+// layer"): inputs as deterministic functions of (global rank, element index), and the results
+// libmlsl must give, derived here from those formulas and from MLSL's documented layout rules
+// (docs/MLSL.md "Process groups", docs/MLSL.md "Session, Operation, Activation, ParameterSet",
 // §4.5). Nothing here comes from libmlsl or tests/support: a shared helper would hide a shared
 // mistake. Only the enums of mlsl.hpp are used.
 //
 // Every value is a small integer (|x| < 2^20), so float sums over a handful of ranks are exact in
 // any order and a mismatch is a bug, never rounding. DT_BYTE holds unsigned bytes and sums wrap
-// modulo 256 (plan §4.2).
+// modulo 256 (docs/MLSL.md "How the API maps onto nodecomm").
 #pragma once
 
 #include <algorithm>
@@ -147,7 +148,7 @@ inline double reduce(MLSL::DataType dt, MLSL::ReductionType rt, const std::vecto
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process groups (plan §4.1, MLSL's layout).
+// Process groups (docs/MLSL.md "Process groups", MLSL's layout).
 
 // One process group as seen from one member: the global ranks in group order and its index.
 struct Group {
@@ -200,7 +201,7 @@ inline const Group& group_of(const Layout& layout, MLSL::GroupType gt) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Operation geometry (plan §4.4, §4.5).
+// Operation geometry (docs/MLSL.md "Session, Operation, Activation, ParameterSet").
 
 // The minibatch slice of a process with data index d in a data group of D: G / D rows.
 struct MbSlice {
