@@ -96,6 +96,8 @@ const std::vector<std::string>& settable_keys() {
                                                 "sched-chunk-size",
                                                 "sched-window",
                                                 "sched-target-us",
+                                                "sched-hold-us",
+                                                "sched-urgent-target-us",
                                                 "sched-eager-bytes",
                                                 "sched-gather-nodes",
                                                 "idle",
@@ -252,6 +254,14 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "sched-target-us") {
     old = std::to_string(config_.sched.target_delay_us);
     config_.sched.target_delay_us = parse_uint(key, value, 100, 1'000'000);
+    apply_sched();
+  } else if (key == "sched-hold-us") {
+    old = std::to_string(config_.sched.hold_us);
+    config_.sched.hold_us = parse_uint(key, value, 0, 10'000'000);
+    apply_sched();
+  } else if (key == "sched-urgent-target-us") {
+    old = std::to_string(config_.sched.urgent_target_us);
+    config_.sched.urgent_target_us = parse_uint(key, value, 100, 1'000'000);
     apply_sched();
   } else if (key == "sched-gather-nodes") {
     old = std::to_string(config_.sched.gather_nodes);

@@ -96,6 +96,17 @@ struct SchedulerTuning {
   // a newly ready high-priority operation by about that much, at any link speed.
   size_t window_bytes = 0;
   uint32_t target_delay_us = 2000;
+  // While an operation ready here is more urgent under the policy than others on the network
+  // (higher priority under `direct`, newer under `lifo`), their units do not advance, so the
+  // bytes already queued drain and no new ones join them ahead of it: until it completes here,
+  // or for at most this long after it became ready here if no round has handed it out yet
+  // (the other nodes may post it much later). 0: never hold.
+  uint32_t hold_us = 10000;
+  // The auto window's target instead of target_delay_us while the communicator has held units
+  // for a more urgent operation within the last second: a job that uses priorities gets a
+  // short queue ahead of its urgent operations, one that does not keeps the longer queue that
+  // rides out the daemon's scheduling gaps on a busy host.
+  uint32_t urgent_target_us = 250;
   // Allreduces of at most this many bytes (in the wire type; at most kMaxEagerBytes) ride in
   // the scheduling round and complete with it. 0: never.
   size_t eager_bytes = kMaxEagerBytes;

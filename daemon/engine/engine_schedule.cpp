@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -119,6 +120,46 @@ size_t whole_bytes(const Operation& op, const CommLayout& lay) {
   return static_cast<size_t>(op.first().count) * proto::dtype_size(dtype) * lay.size;
 }
 
+// How urgent `op` is under `policy`: what `direct` and `lifo` order by; nothing under `none`.
+std::optional<int64_t> urgency(const Operation& op, proto::PriorityPolicy policy) {
+  if (policy == proto::PriorityPolicy::kDirect) return op.first().priority;
+  if (policy == proto::PriorityPolicy::kLifo) return static_cast<int64_t>(op.seq);
+  return std::nullopt;
+}
+
+// The urgency of the most urgent operation posted here that is not finished, for which less
+// urgent units are held (SchedulerTuning::hold_us): one no round has handed out yet only for
+// hold_us after it became ready here, since the other nodes may post it much later; one being
+// handed out is ready everywhere, and every node holds for it.
+std::optional<int64_t> most_urgent(Communicator& comm, const SchedulerTuning& tuning,
+                                   uint64_t now) {
+  if (tuning.hold_us == 0 || comm.poisoned()) return std::nullopt;
+  std::optional<int64_t> most;
+  for (const auto& [seq, op] : comm.ops()) {
+    if (is_comm_management(op)) continue;
+    if (op.phase != Operation::Phase::kReady && op.phase != Operation::Phase::kInterNode) continue;
+    if (op.scheduled_elems == 0 && now > op.last_arrival_ns + uint64_t{tuning.hold_us} * 1000) {
+      continue;
+    }
+    const std::optional<int64_t> u = urgency(op, tuning.policy);
+    if (u && (!most || *u > *most)) most = u;
+  }
+  return most;
+}
+
+// A unit's urgency: its most urgent operation's.
+std::optional<int64_t> urgency(Communicator& comm, const ScheduledUnit& unit,
+                               proto::PriorityPolicy policy) {
+  std::optional<int64_t> most;
+  for (const uint64_t seq : unit.seqs) {
+    const Operation* op = local_op(comm, seq);
+    if (op == nullptr) continue;
+    const std::optional<int64_t> u = urgency(*op, policy);
+    if (u && (!most || *u > *most)) most = u;
+  }
+  return most;
+}
+
 }  // namespace
 
 bool NegotiatedOrder::locally_ready(const Communicator& comm, const Operation& op) const {
@@ -129,7 +170,7 @@ bool NegotiatedOrder::locally_ready(const Communicator& comm, const Operation& o
 
 size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
-  size_t work = poll_units(job, comm);
+  size_t work = poll_units(job, comm, tuning);
   if (sched.round != 0) {
     try {
       if (engine_.transport_.test(sched.round)) {
@@ -194,7 +235,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   const size_t nodes = comm.layout().node_count;
   const size_t chunk = this->chunk(sched, tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
+      sched.active_bytes() - sched.drained_during_round() + chunk <=
           std::max(window(sched, tuning, nodes), chunk)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
@@ -251,7 +292,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.chunk_bytes = chunk(sched, tuning, lay.node_count);
   const size_t window = this->window(sched, tuning, lay.node_count);
   // The room the window will have when the plan arrives: the round overlaps transfers.
-  const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();
+  const size_t staying = sched.active_bytes() - sched.drained_during_round();
   mine.room = window - std::min(window, staying);
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
   std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end
@@ -693,11 +734,29 @@ void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit uni
   sched.units.push_back(std::move(unit));
 }
 
-size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm) {
+size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm, const SchedulerTuning& tuning) {
   CommSchedule& sched = comm.schedule;
   size_t work = 0;
+  // A unit not polled posts no further sends: what it has queued on the links drains, and a
+  // more urgent operation's round and transfer find them empty instead of waiting behind it.
+  // Its peers wait for it; they hold it too once the urgent operation is ready there, and the
+  // hold ends when that completes or (not handed out) after hold_us, so nothing waits forever.
+  const uint64_t now = ipc::monotonic_ns();
+  const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
+  sched.held_bytes = 0;
+  bool held = false;
   for (auto it = sched.units.begin(); it != sched.units.end();) {
     ScheduledUnit& unit = *it;
+    if (urgent && unit.kind != ScheduledUnit::Kind::kWhole) {
+      // Whole units may be the transport's own collectives, which it must keep polling.
+      const std::optional<int64_t> u = urgency(comm, unit, tuning.policy);
+      if (u && *u < *urgent) {
+        sched.held_bytes += unit.bytes;
+        held = true;
+        ++it;
+        continue;
+      }
+    }
     bool finished = false;
     try {
       finished = engine_.transport_.test(unit.handle);
@@ -716,6 +775,7 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm) {
     it = sched.units.erase(it);  // its tokens go with it
     ++work;
   }
+  sched.record_holds(held, now);
   return work;
 }
 

@@ -72,7 +72,7 @@ class NegotiatedOrder final : public OrderingPolicy {
   void abandon(Operation&) override {}
 
  private:
-  size_t poll_units(Job& job, Communicator& comm);
+  size_t poll_units(Job& job, Communicator& comm, const SchedulerTuning& tuning);
   void start_round(Job& job, Communicator& comm, const SchedulerTuning& tuning);
   std::string round_result(Communicator& comm, RoundRecord& out);
   void apply_round(Job& job, Communicator& comm);

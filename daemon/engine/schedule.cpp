@@ -11,8 +11,11 @@ namespace nodecomm::daemon {
 size_t CommSchedule::window(const SchedulerTuning& t, size_t nodes) const {
   if (t.window_bytes != 0) return t.window_bytes;
   const double link_share = 2.0 * static_cast<double>(std::max<size_t>(nodes, 2) - 1);
-  const double bytes = rate * link_share * t.target_delay_us / 1e6;
-  return std::clamp(static_cast<size_t>(bytes), kMinWindowBytes, kMaxWindowBytes);
+  const uint32_t target =
+      urgent_mode ? std::min(t.urgent_target_us, t.target_delay_us) : t.target_delay_us;
+  const double bytes = rate * link_share * target / 1e6;
+  return std::clamp(static_cast<size_t>(bytes), urgent_mode ? kMinUrgentWindowBytes : kMinWindowBytes,
+                    kMaxWindowBytes);
 }
 
 size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {
@@ -22,13 +25,18 @@ size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {
 
 size_t CommSchedule::drained_during_round() const {
   const double bytes = rate * round_ns / 1e9;
-  return std::min(bytes_in_flight.value(), static_cast<size_t>(bytes));
+  return std::min(active_bytes(), static_cast<size_t>(bytes));
 }
 
 void CommSchedule::record_round(uint64_t now) {
   const double took = static_cast<double>(now - last_round_ns);
   // Quick to rise, so that a round slowed by queued bytes is covered by the next lookahead.
   round_ns = round_ns == 0 || took > round_ns ? took : 0.8 * round_ns + 0.2 * took;
+}
+
+void CommSchedule::record_holds(bool held, uint64_t now) {
+  if (held) last_hold_ns = now;
+  urgent_mode = last_hold_ns != 0 && now - last_hold_ns < kUrgentModeNs;
 }
 
 void CommSchedule::record_completion(size_t bytes, uint64_t now) {

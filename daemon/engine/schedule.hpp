@@ -12,6 +12,7 @@
 // packed into one fused transfer.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -54,9 +55,13 @@ struct ScheduledUnit {
 
 // The adaptive window's bounds and the chunk's.
 inline constexpr size_t kMinWindowBytes = size_t{256} << 10;
+// In urgent mode: one least chunk, so that little is queued ahead of an urgent operation.
+inline constexpr size_t kMinUrgentWindowBytes = size_t{64} << 10;
 inline constexpr size_t kMaxWindowBytes = size_t{64} << 20;
 inline constexpr size_t kMinChunkBytes = size_t{64} << 10;
 inline constexpr size_t kMaxChunkBytes = size_t{4} << 20;
+// How long after units were last held the window keeps the urgent target.
+inline constexpr uint64_t kUrgentModeNs = 1'000'000'000;
 
 struct CommSchedule {
   // Lowest sequence number not yet handed out in full, and those above it that are.
@@ -65,6 +70,13 @@ struct CommSchedule {
   std::deque<ScheduledUnit> units;  // started, in agreed order
   // Bytes of started units: each unit's bytes_token counts its own, for as long as it lives.
   InFlightCounter bytes_in_flight;
+  // Of those, the bytes of units held in the last pass for a more urgent operation
+  // (SchedulerTuning::hold_us): they neither drain nor leave room, so the window counts the
+  // others only.
+  size_t held_bytes = 0;
+  // When units were last held; within kUrgentModeNs the window aims at urgent_target_us.
+  uint64_t last_hold_ns = 0;
+  bool urgent_mode = false;
   TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
   // The round's records: every node's (all-to-all), or this node's and a peer's (combined).
@@ -100,13 +112,18 @@ struct CommSchedule {
   // Scheduled bytes allowed on the network for a communicator over `nodes` nodes, and the
   // largest unit. A ring unit of B bytes keeps about B/N on each link at a time and completes
   // B per 2(N-1)/N link-bytes, so the window that queues target_delay_us of link time grows
-  // with the node count: 2(N-1) x rate x target, rate in unit bytes per second.
+  // with the node count: 2(N-1) x rate x target, rate in unit bytes per second. The target is
+  // urgent_target_us in urgent mode (units held lately), else target_delay_us.
   size_t window(const SchedulerTuning& t, size_t nodes) const;
   size_t chunk(const SchedulerTuning& t, size_t nodes) const;
-  // Bytes in flight now that are expected to have completed by the time a round started now
+  // Bytes in flight and not held.
+  size_t active_bytes() const { return bytes_in_flight.value() - std::min(held_bytes, bytes_in_flight.value()); }
+  // Active bytes now that are expected to have completed by the time a round started now
   // hands out its plan.
   size_t drained_during_round() const;
   void record_round(uint64_t now);
+  // Units were held (`held`) or not in the pass at `now`: urgent mode lasts kUrgentModeNs.
+  void record_holds(bool held, uint64_t now);
   // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
   void record_completion(size_t bytes, uint64_t now);
 

@@ -293,6 +293,18 @@ void define_settings(CLI::App& app, Vars& v) {
                  "ready operation (microseconds)")
       ->check(CLI::Range(100u, 1000000u))
       ->capture_default_str();
+  app.add_option("--sched-hold-us", c.sched.hold_us,
+                 "While an operation is more urgent than others on the network (higher "
+                 "priority, or newer under lifo), their transfers pause so that it does not "
+                 "queue behind them: until it completes, or this long (microseconds) if the "
+                 "other nodes have not posted it yet; 0: never pause")
+      ->check(CLI::Range(0u, 10000000u))
+      ->capture_default_str();
+  app.add_option("--sched-urgent-target-us", c.sched.urgent_target_us,
+                 "auto window: --sched-target-us for a communicator that has paused transfers "
+                 "for a more urgent operation within the last second (microseconds)")
+      ->check(CLI::Range(100u, 1000000u))
+      ->capture_default_str();
   app.add_option("--sched-eager-bytes", c.sched.eager_bytes,
                  "Allreduces of at most this many bytes travel inside the scheduling round and "
                  "complete with it, without a transfer of their own; 0: never")

@@ -322,6 +322,8 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   else
     bytes("sched-window", s.window_bytes);
   num("sched-target-us", s.target_delay_us);
+  num("sched-hold-us", s.hold_us);
+  num("sched-urgent-target-us", s.urgent_target_us);
   num("sched-eager-bytes", s.eager_bytes);
   num("sched-gather-nodes", s.gather_nodes);
   // What the transport runs with now. In a multi-node job node 0's values, agreed at every
