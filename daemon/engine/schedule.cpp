@@ -14,8 +14,8 @@ size_t CommSchedule::window(const SchedulerTuning& t, size_t nodes) const {
   const uint32_t target =
       urgent_mode ? std::min(t.urgent_target_us, t.target_delay_us) : t.target_delay_us;
   const double bytes = rate * link_share * target / 1e6;
-  return std::clamp(static_cast<size_t>(bytes), urgent_mode ? kMinUrgentWindowBytes : kMinWindowBytes,
-                    kMaxWindowBytes);
+  return std::clamp(static_cast<size_t>(bytes),
+                    urgent_mode ? kMinUrgentWindowBytes : kMinWindowBytes, kMaxWindowBytes);
 }
 
 size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {

@@ -117,7 +117,9 @@ struct CommSchedule {
   size_t window(const SchedulerTuning& t, size_t nodes) const;
   size_t chunk(const SchedulerTuning& t, size_t nodes) const;
   // Bytes in flight and not held.
-  size_t active_bytes() const { return bytes_in_flight.value() - std::min(held_bytes, bytes_in_flight.value()); }
+  size_t active_bytes() const {
+    return bytes_in_flight.value() - std::min(held_bytes, bytes_in_flight.value());
+  }
   // Active bytes now that are expected to have completed by the time a round started now
   // hands out its plan.
   size_t drained_during_round() const;

@@ -5,8 +5,17 @@
 // With --compress it checks the wire compression error bounds, that every rank received the
 // identical bits, and (int8) that error feedback keeps the accumulated sum on track.
 //
+// With --skewed-urgent N it checks that holding (SchedulerTuning::hold_us) cannot deadlock: node
+// 0's ranks post an urgent allreduce while a big one is on the network, so their daemon holds
+// the big one, but the other nodes' ranks post the urgent one only after the big one has
+// completed; the hold must expire, and both results must be right.
+//
 //   schedule_check [--batches 4] [--per-batch 40] [--compress none|bf16|f16|int8]
+//                  [--skewed-urgent N [--expect-hold-ms MS]]
+// --expect-hold-ms: node 0's ranks fail unless a round took at least MS (the daemons' hold, so
+// the test shows that the hold happened and then expired).
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +23,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nodecomm.hpp"
@@ -127,6 +137,59 @@ int run_batches(nodecomm::Context& ctx, int batches, int per_batch) {
   }
   std::printf("schedule_check: rank %d: %" PRIu64 " allreduces in %d batches, %d wrong\n", rank,
               index, batches, wrong);
+  return wrong;
+}
+
+int run_skewed_urgent(nodecomm::Context& ctx, int rounds, double expect_hold_ms) {
+  const int rank = ctx.world_rank();
+  const int size = ctx.world_size();
+  const bool first_node = ctx.node_index() == 0;
+  int wrong = 0;
+  double slowest_ms = 0;
+  for (int r = 0; r < rounds; ++r) {
+    Planned big{NC_F32, NC_SUM, uint64_t{4} << 20, false, 0};
+    Planned urgent{NC_F32, NC_SUM, 4099, r % 2 == 0, 9};
+    const uint64_t big_id = 1000 + 2 * static_cast<uint64_t>(r);
+    for (Planned* p : {&big, &urgent}) {
+      const size_t bytes = p->count * sizeof(float);
+      nodecomm::check(nc_alloc(ctx.handle(), bytes, &p->send));
+      p->recv = p->send;
+      if (!p->in_place) nodecomm::check(nc_alloc(ctx.handle(), bytes, &p->recv));
+      fill<float>(*p, p == &big ? big_id : big_id + 1, rank);
+    }
+    const auto post = [&](Planned& p, const char* name) {
+      const nc_op_attr_t attr{p.priority, name, NC_COMPRESS_NONE};
+      nodecomm::check(nc_allreduce(ctx.handle(), p.send, p.recv, p.count, p.dtype, p.op,
+                                   NC_COMM_WORLD, &attr, &p.req));
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    post(big, "skew.big");
+    if (first_node) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      post(urgent, "skew.urgent");
+      nodecomm::check(nc_wait(ctx.handle(), urgent.req));
+      nodecomm::check(nc_wait(ctx.handle(), big.req));
+    } else {
+      nodecomm::check(nc_wait(ctx.handle(), big.req));
+      post(urgent, "skew.urgent");
+      nodecomm::check(nc_wait(ctx.handle(), urgent.req));
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    slowest_ms = std::max(slowest_ms, ms);
+    wrong += verify<float>(big, big_id, size, rank) + verify<float>(urgent, big_id + 1, size, rank);
+    for (Planned* p : {&big, &urgent}) {
+      nodecomm::check(nc_free(ctx.handle(), p->send));
+      if (!p->in_place) nodecomm::check(nc_free(ctx.handle(), p->recv));
+    }
+  }
+  std::printf("schedule_check: rank %d: %d skewed urgent rounds, slowest %.1f ms, %d wrong\n", rank,
+              rounds, slowest_ms, wrong);
+  if (first_node && slowest_ms < expect_hold_ms) {
+    std::fprintf(stderr, "schedule_check: rank %d: no round took the %.0f ms hold\n", rank,
+                 expect_hold_ms);
+    ++wrong;
+  }
   return wrong;
 }
 
@@ -257,16 +320,22 @@ int main(int argc, char** argv) {
   int batches = 4;
   int per_batch = 40;
   std::string compress = "none";
+  int skewed = 0;
+  double expect_hold_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--batches") batches = std::atoi(argv[i + 1]);
     if (flag == "--per-batch") per_batch = std::atoi(argv[i + 1]);
     if (flag == "--compress") compress = argv[i + 1];
+    if (flag == "--skewed-urgent") skewed = std::atoi(argv[i + 1]);
+    if (flag == "--expect-hold-ms") expect_hold_ms = std::atof(argv[i + 1]);
   }
   try {
     nodecomm::Context ctx;
     int wrong = 0;
-    if (compress == "none") {
+    if (skewed > 0) {
+      wrong = run_skewed_urgent(ctx, skewed, expect_hold_ms);
+    } else if (compress == "none") {
       wrong = run_batches(ctx, batches, per_batch);
     } else if (compress == "int8") {
       wrong = run_int8(ctx, 60);
