@@ -261,7 +261,7 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
     apply_sched();
   } else if (key == "sched-urgent-target-us") {
     old = std::to_string(config_.sched.urgent_target_us);
-    config_.sched.urgent_target_us = parse_uint(key, value, 100, 1'000'000);
+    config_.sched.urgent_target_us = parse_uint(key, value, 0, 1'000'000);
     apply_sched();
   } else if (key == "sched-gather-nodes") {
     old = std::to_string(config_.sched.gather_nodes);

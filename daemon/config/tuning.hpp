@@ -102,11 +102,11 @@ struct SchedulerTuning {
   // or for at most this long after it became ready here if no round has handed it out yet
   // (the other nodes may post it much later). 0: never hold.
   uint32_t hold_us = 10000;
-  // The auto window's target instead of target_delay_us while the communicator has held units
-  // for a more urgent operation within the last second: a job that uses priorities gets a
-  // short queue ahead of its urgent operations, one that does not keeps the longer queue that
-  // rides out the daemon's scheduling gaps on a busy host.
-  uint32_t urgent_target_us = 250;
+  // If not 0, the auto window's target instead of target_delay_us while the communicator has
+  // held units for a more urgent operation within the last second: a short queue ahead of
+  // urgent operations, at the cost of bandwidth for streams of many operations (a training
+  // step's, docs/PERFORMANCE.md), hence off by default.
+  uint32_t urgent_target_us = 0;
   // Allreduces of at most this many bytes (in the wire type; at most kMaxEagerBytes) ride in
   // the scheduling round and complete with it. 0: never.
   size_t eager_bytes = kMaxEagerBytes;

@@ -235,7 +235,7 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   const size_t nodes = comm.layout().node_count;
   const size_t chunk = this->chunk(sched, tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.active_bytes() - sched.drained_during_round() + chunk <=
+      sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
           std::max(window(sched, tuning, nodes), chunk)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
@@ -292,7 +292,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.chunk_bytes = chunk(sched, tuning, lay.node_count);
   const size_t window = this->window(sched, tuning, lay.node_count);
   // The room the window will have when the plan arrives: the round overlaps transfers.
-  const size_t staying = sched.active_bytes() - sched.drained_during_round();
+  const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();
   mine.room = window - std::min(window, staying);
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
   std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end
@@ -743,15 +743,19 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm, const Scheduler
   // hold ends when that completes or (not handed out) after hold_us, so nothing waits forever.
   const uint64_t now = ipc::monotonic_ns();
   const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
-  sched.held_bytes = 0;
   bool held = false;
+  // The oldest less urgent unit keeps going: it keeps the links busy while the urgent
+  // operation's round is out, puts at most one unit's steps ahead of it, and its completion
+  // leaves the window room for that round. (Held units stay in the window: a round for every
+  // urgent arrival regardless of room would cut the fused transfers of a stream of operations
+  // into one round each, which cost a training step 10 %.)
+  bool one_flows = false;
   for (auto it = sched.units.begin(); it != sched.units.end();) {
     ScheduledUnit& unit = *it;
+    // Whole units may be the transport's own collectives, which it must keep polling.
     if (urgent && unit.kind != ScheduledUnit::Kind::kWhole) {
-      // Whole units may be the transport's own collectives, which it must keep polling.
       const std::optional<int64_t> u = urgency(comm, unit, tuning.policy);
-      if (u && *u < *urgent) {
-        sched.held_bytes += unit.bytes;
+      if (u && *u < *urgent && std::exchange(one_flows, true)) {
         held = true;
         ++it;
         continue;

@@ -11,11 +11,12 @@ namespace nodecomm::daemon {
 size_t CommSchedule::window(const SchedulerTuning& t, size_t nodes) const {
   if (t.window_bytes != 0) return t.window_bytes;
   const double link_share = 2.0 * static_cast<double>(std::max<size_t>(nodes, 2) - 1);
+  const bool urgent = urgent_mode && t.urgent_target_us != 0;
   const uint32_t target =
-      urgent_mode ? std::min(t.urgent_target_us, t.target_delay_us) : t.target_delay_us;
+      urgent ? std::min(t.urgent_target_us, t.target_delay_us) : t.target_delay_us;
   const double bytes = rate * link_share * target / 1e6;
-  return std::clamp(static_cast<size_t>(bytes),
-                    urgent_mode ? kMinUrgentWindowBytes : kMinWindowBytes, kMaxWindowBytes);
+  return std::clamp(static_cast<size_t>(bytes), urgent ? kMinUrgentWindowBytes : kMinWindowBytes,
+                    kMaxWindowBytes);
 }
 
 size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {
@@ -25,7 +26,7 @@ size_t CommSchedule::chunk(const SchedulerTuning& t, size_t nodes) const {
 
 size_t CommSchedule::drained_during_round() const {
   const double bytes = rate * round_ns / 1e9;
-  return std::min(active_bytes(), static_cast<size_t>(bytes));
+  return std::min(bytes_in_flight.value(), static_cast<size_t>(bytes));
 }
 
 void CommSchedule::record_round(uint64_t now) {

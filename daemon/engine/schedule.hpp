@@ -70,11 +70,8 @@ struct CommSchedule {
   std::deque<ScheduledUnit> units;  // started, in agreed order
   // Bytes of started units: each unit's bytes_token counts its own, for as long as it lives.
   InFlightCounter bytes_in_flight;
-  // Of those, the bytes of units held in the last pass for a more urgent operation
-  // (SchedulerTuning::hold_us): they neither drain nor leave room, so the window counts the
-  // others only.
-  size_t held_bytes = 0;
-  // When units were last held; within kUrgentModeNs the window aims at urgent_target_us.
+  // When units were last held for a more urgent operation (SchedulerTuning::hold_us); within
+  // kUrgentModeNs the window aims at urgent_target_us, if set.
   uint64_t last_hold_ns = 0;
   bool urgent_mode = false;
   TransportHandle round = 0;       // 0: no round in flight
@@ -113,14 +110,10 @@ struct CommSchedule {
   // largest unit. A ring unit of B bytes keeps about B/N on each link at a time and completes
   // B per 2(N-1)/N link-bytes, so the window that queues target_delay_us of link time grows
   // with the node count: 2(N-1) x rate x target, rate in unit bytes per second. The target is
-  // urgent_target_us in urgent mode (units held lately), else target_delay_us.
+  // urgent_target_us (if set) in urgent mode (units held lately), else target_delay_us.
   size_t window(const SchedulerTuning& t, size_t nodes) const;
   size_t chunk(const SchedulerTuning& t, size_t nodes) const;
-  // Bytes in flight and not held.
-  size_t active_bytes() const {
-    return bytes_in_flight.value() - std::min(held_bytes, bytes_in_flight.value());
-  }
-  // Active bytes now that are expected to have completed by the time a round started now
+  // Bytes in flight now that are expected to have completed by the time a round started now
   // hands out its plan.
   size_t drained_during_round() const;
   void record_round(uint64_t now);

@@ -302,8 +302,8 @@ void define_settings(CLI::App& app, Vars& v) {
       ->capture_default_str();
   app.add_option("--sched-urgent-target-us", c.sched.urgent_target_us,
                  "auto window: --sched-target-us for a communicator that has paused transfers "
-                 "for a more urgent operation within the last second (microseconds)")
-      ->check(CLI::Range(100u, 1000000u))
+                 "for a more urgent operation within the last second (microseconds); 0: off")
+      ->check(CLI::Range(0u, 1000000u))
       ->capture_default_str();
   app.add_option("--sched-eager-bytes", c.sched.eager_bytes,
                  "Allreduces of at most this many bytes travel inside the scheduling round and "

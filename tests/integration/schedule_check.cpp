@@ -7,13 +7,11 @@
 //
 // With --skewed-urgent N it checks that holding (SchedulerTuning::hold_us) cannot deadlock: node
 // 0's ranks post an urgent allreduce while a big one is on the network, so their daemon holds
-// the big one, but the other nodes' ranks post the urgent one only after the big one has
-// completed; the hold must expire, and both results must be right.
+// the big one's units, but the other nodes' ranks post the urgent one only after the big one
+// has completed; the big one must still complete, and both results must be right.
 //
 //   schedule_check [--batches 4] [--per-batch 40] [--compress none|bf16|f16|int8]
-//                  [--skewed-urgent N [--expect-hold-ms MS]]
-// --expect-hold-ms: node 0's ranks fail unless a round took at least MS (the daemons' hold, so
-// the test shows that the hold happened and then expired).
+//                  [--skewed-urgent N]
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -140,7 +138,7 @@ int run_batches(nodecomm::Context& ctx, int batches, int per_batch) {
   return wrong;
 }
 
-int run_skewed_urgent(nodecomm::Context& ctx, int rounds, double expect_hold_ms) {
+int run_skewed_urgent(nodecomm::Context& ctx, int rounds) {
   const int rank = ctx.world_rank();
   const int size = ctx.world_size();
   const bool first_node = ctx.node_index() == 0;
@@ -185,11 +183,6 @@ int run_skewed_urgent(nodecomm::Context& ctx, int rounds, double expect_hold_ms)
   }
   std::printf("schedule_check: rank %d: %d skewed urgent rounds, slowest %.1f ms, %d wrong\n", rank,
               rounds, slowest_ms, wrong);
-  if (first_node && slowest_ms < expect_hold_ms) {
-    std::fprintf(stderr, "schedule_check: rank %d: no round took the %.0f ms hold\n", rank,
-                 expect_hold_ms);
-    ++wrong;
-  }
   return wrong;
 }
 
@@ -321,20 +314,18 @@ int main(int argc, char** argv) {
   int per_batch = 40;
   std::string compress = "none";
   int skewed = 0;
-  double expect_hold_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--batches") batches = std::atoi(argv[i + 1]);
     if (flag == "--per-batch") per_batch = std::atoi(argv[i + 1]);
     if (flag == "--compress") compress = argv[i + 1];
     if (flag == "--skewed-urgent") skewed = std::atoi(argv[i + 1]);
-    if (flag == "--expect-hold-ms") expect_hold_ms = std::atof(argv[i + 1]);
   }
   try {
     nodecomm::Context ctx;
     int wrong = 0;
     if (skewed > 0) {
-      wrong = run_skewed_urgent(ctx, skewed, expect_hold_ms);
+      wrong = run_skewed_urgent(ctx, skewed);
     } else if (compress == "none") {
       wrong = run_batches(ctx, batches, per_batch);
     } else if (compress == "int8") {
