@@ -102,11 +102,11 @@ struct SchedulerTuning {
   // or for at most this long after it became ready here if no round has handed it out yet
   // (the other nodes may post it much later). 0: never hold.
   uint32_t hold_us = 10000;
-  // If not 0, the auto window's target instead of target_delay_us while the communicator has
-  // held units for a more urgent operation within the last second: a short queue ahead of
-  // urgent operations, at the cost of bandwidth for streams of many operations (a training
-  // step's, docs/PERFORMANCE.md), hence off by default.
-  uint32_t urgent_target_us = 0;
+  // Urgent mode, for a second after a communicator held units for a more urgent operation: the
+  // auto window's target is adapted between this and target_delay_us, shrinking while the link
+  // stays as busy with less queued and growing when it slows, so a job that uses priorities
+  // gets as short a queue ahead of its urgent operations as this host can keep busy. 0: off.
+  uint32_t urgent_target_us = 250;
   // Allreduces of at most this many bytes (in the wire type; at most kMaxEagerBytes) ride in
   // the scheduling round and complete with it. 0: never.
   size_t eager_bytes = kMaxEagerBytes;

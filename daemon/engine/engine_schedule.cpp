@@ -744,12 +744,22 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm, const Scheduler
   const uint64_t now = ipc::monotonic_ns();
   const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
   bool held = false;
-  // The oldest less urgent unit keeps going: it keeps the links busy while the urgent
-  // operation's round is out, puts at most one unit's steps ahead of it, and its completion
-  // leaves the window room for that round. (Held units stay in the window: a round for every
-  // urgent arrival regardless of room would cut the fused transfers of a stream of operations
-  // into one round each, which cost a training step 10 %.)
+  // Until the urgent operation has a unit on the network, the oldest less urgent unit keeps
+  // going: it keeps the links busy while the urgent operation's round is out, and its
+  // completion leaves the window room for that round. (Held units stay in the window: a round
+  // for every urgent arrival regardless of room would cut the fused transfers of a stream of
+  // operations into one round each, which cost a training step 10 %.) Then it is held too, so
+  // nothing less urgent joins the links ahead of the urgent transfer's steps.
   bool one_flows = false;
+  if (urgent) {
+    for (const ScheduledUnit& unit : sched.units) {
+      const std::optional<int64_t> u = urgency(comm, unit, tuning.policy);
+      if (u && *u >= *urgent) {
+        one_flows = true;  // the urgent operation is on the network: none flows
+        break;
+      }
+    }
+  }
   for (auto it = sched.units.begin(); it != sched.units.end();) {
     ScheduledUnit& unit = *it;
     // Whole units may be the transport's own collectives, which it must keep polling.
@@ -780,6 +790,7 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm, const Scheduler
     ++work;
   }
   sched.record_holds(held, now);
+  sched.adapt_urgent_target(tuning);
   return work;
 }
 

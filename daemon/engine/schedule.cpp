@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 namespace nodecomm::daemon {
 
@@ -12,8 +13,11 @@ size_t CommSchedule::window(const SchedulerTuning& t, size_t nodes) const {
   if (t.window_bytes != 0) return t.window_bytes;
   const double link_share = 2.0 * static_cast<double>(std::max<size_t>(nodes, 2) - 1);
   const bool urgent = urgent_mode && t.urgent_target_us != 0;
-  const uint32_t target =
-      urgent ? std::min(t.urgent_target_us, t.target_delay_us) : t.target_delay_us;
+  const double target =
+      urgent ? std::clamp(urgent_target == 0 ? t.target_delay_us : urgent_target,
+                          static_cast<double>(std::min(t.urgent_target_us, t.target_delay_us)),
+                          static_cast<double>(t.target_delay_us))
+             : t.target_delay_us;
   const double bytes = rate * link_share * target / 1e6;
   return std::clamp(static_cast<size_t>(bytes), urgent ? kMinUrgentWindowBytes : kMinWindowBytes,
                     kMaxWindowBytes);
@@ -40,6 +44,29 @@ void CommSchedule::record_holds(bool held, uint64_t now) {
   urgent_mode = last_hold_ns != 0 && now - last_hold_ns < kUrgentModeNs;
 }
 
+void CommSchedule::adapt_urgent_target(const SchedulerTuning& t) {
+  // Shrink while samples stay near the peak (the link is as busy with less queued), grow at
+  // once when they fall well below it (the daemon no longer keeps it busy). Samples low for
+  // want of work (a training step's gaps) also grow it, towards the usual target: the safe side.
+  constexpr double kPeakDecay = 0.99;  // per sample (5 ms): the peak follows a slower link
+  constexpr double kKeep = 0.95;
+  constexpr double kSlow = 0.85;
+  constexpr double kShrink = 0.9;
+  constexpr double kGrow = 1.5;
+  if (fresh_sample == 0) return;
+  const double sample = std::exchange(fresh_sample, 0.0);
+  rate_peak = std::max(sample, rate_peak * kPeakDecay);
+  const double high = t.target_delay_us;
+  const double low = std::min<double>(t.urgent_target_us, high);
+  if (urgent_target == 0 || !urgent_mode) urgent_target = high;
+  if (!urgent_mode || t.urgent_target_us == 0) return;
+  if (sample >= kKeep * rate_peak) {
+    urgent_target = std::max(low, urgent_target * kShrink);
+  } else if (sample < kSlow * rate_peak) {
+    urgent_target = std::min(high, urgent_target * kGrow);
+  }
+}
+
 void CommSchedule::record_completion(size_t bytes, uint64_t now) {
   constexpr uint64_t kIntervalNs = 5'000'000;
   constexpr uint64_t kIdleGapNs = 20'000'000;
@@ -56,6 +83,7 @@ void CommSchedule::record_completion(size_t bytes, uint64_t now) {
   const double sample = static_cast<double>(interval_bytes) * 1e9 / static_cast<double>(elapsed);
   // Quick to rise (a small window under-measures a fast link), slow to fall.
   rate = rate == 0 || sample > rate ? sample : 0.8 * rate + 0.2 * sample;
+  fresh_sample = sample;
   interval_start_ns = now;
   interval_bytes = 0;
 }

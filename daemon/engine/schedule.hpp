@@ -74,6 +74,12 @@ struct CommSchedule {
   // kUrgentModeNs the window aims at urgent_target_us, if set.
   uint64_t last_hold_ns = 0;
   bool urgent_mode = false;
+  // Urgent mode's target (us), adapted between urgent_target_us and target_delay_us: smaller
+  // while the link completes as fast with less queued, larger when it slows (0: not yet set).
+  double urgent_target = 0;
+  // The highest recent rate sample, decaying, against which each sample is judged.
+  double rate_peak = 0;
+  double fresh_sample = 0;         // the last interval's rate, until adapt_urgent_target takes it
   TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
   // The round's records: every node's (all-to-all), or this node's and a peer's (combined).
@@ -110,7 +116,8 @@ struct CommSchedule {
   // largest unit. A ring unit of B bytes keeps about B/N on each link at a time and completes
   // B per 2(N-1)/N link-bytes, so the window that queues target_delay_us of link time grows
   // with the node count: 2(N-1) x rate x target, rate in unit bytes per second. The target is
-  // urgent_target_us (if set) in urgent mode (units held lately), else target_delay_us.
+  // the adapted urgent_target in urgent mode (units held lately; if urgent_target_us is set),
+  // else target_delay_us.
   size_t window(const SchedulerTuning& t, size_t nodes) const;
   size_t chunk(const SchedulerTuning& t, size_t nodes) const;
   // Bytes in flight now that are expected to have completed by the time a round started now
@@ -119,6 +126,8 @@ struct CommSchedule {
   void record_round(uint64_t now);
   // Units were held (`held`) or not in the pass at `now`: urgent mode lasts kUrgentModeNs.
   void record_holds(bool held, uint64_t now);
+  // Moves the urgent target by the last rate sample, if one came since (see urgent_target).
+  void adapt_urgent_target(const SchedulerTuning& t);
   // A unit of `bytes` completed at `now`; `busy` if others are still in flight.
   void record_completion(size_t bytes, uint64_t now);
 

@@ -75,26 +75,27 @@ TEST(ScheduleWindow, LookaheadIsWhatDrainsDuringARound) {
 }
 
 // Issue 18 point 4: for a second after units were held for a more urgent operation, the window
-// aims at urgent_target_us if set, down to one least chunk, so that little is queued ahead of
-// the next urgent one; then it is the usual window again.
+// aims at the adapted urgent target (between urgent_target_us and target_delay_us), down to one
+// least chunk, so that little is queued ahead of the next urgent one; then it is the usual
+// window again.
 TEST(ScheduleWindow, UrgentModeShortensTheQueueForASecond) {
   CommSchedule sched;
   run_at(sched, 100'000);  // 100 MB/s
   SchedulerTuning t = auto_tuning(2000);
+  t.urgent_target_us = 250;
   const size_t usual = sched.window(t, 4);
   EXPECT_NEAR(static_cast<double>(usual), 1.2e6, 30e3);
   sched.record_holds(false, 100'000'000);
   EXPECT_FALSE(sched.urgent_mode);
   sched.record_holds(true, 200'000'000);
   ASSERT_TRUE(sched.urgent_mode);
-  EXPECT_EQ(sched.window(t, 4), usual);  // off unless urgent_target_us is set
-  t.urgent_target_us = 250;
+  EXPECT_EQ(sched.window(t, 4), usual);  // starts from the usual target
+  sched.urgent_target = 250;             // as adapted down (next test)
   // 6 x 100 MB/s x 250 us = 150 KB; on 2 nodes 50 KB, raised to the urgent floor.
   EXPECT_NEAR(static_cast<double>(sched.window(t, 4)), 150e3, 5e3);
   EXPECT_EQ(sched.window(t, 2), kMinUrgentWindowBytes);
   EXPECT_EQ(sched.chunk(t, 2), kMinChunkBytes);
-  // Never longer than the usual target.
-  t.urgent_target_us = 5000;
+  t.urgent_target_us = 0;  // off
   EXPECT_EQ(sched.window(t, 4), usual);
   t.urgent_target_us = 250;
   sched.record_holds(false, 200'000'000 + kUrgentModeNs - 1);
@@ -102,6 +103,36 @@ TEST(ScheduleWindow, UrgentModeShortensTheQueueForASecond) {
   sched.record_holds(false, 200'000'000 + kUrgentModeNs);
   EXPECT_FALSE(sched.urgent_mode);
   EXPECT_EQ(sched.window(t, 4), usual);
+}
+
+// The urgent target shrinks while the rate holds at its peak, and grows at once when the rate
+// falls well below it (the daemon can no longer keep the shorter queue busy).
+TEST(ScheduleWindow, UrgentTargetFollowsTheRate) {
+  CommSchedule sched;
+  SchedulerTuning t = auto_tuning(2000);
+  t.urgent_target_us = 250;
+  sched.record_holds(true, 1'000'000);
+  uint64_t ms = 1;
+  const auto interval_at = [&](size_t bytes_per_ms) {
+    for (int k = 0; k < 5; ++k) sched.record_completion(bytes_per_ms, ++ms * 1'000'000);
+    sched.adapt_urgent_target(t);
+  };
+  interval_at(100'000);
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 2000 * 0.9);  // the first sample is the peak
+  interval_at(100'000);
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 2000 * 0.9 * 0.9);
+  for (int k = 0; k < 40; ++k) interval_at(100'000);
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 250);  // at the floor, not below
+  interval_at(70'000);                         // 70 % of the peak: too short a queue
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 375);
+  interval_at(90'000);  // between: kept
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 375);
+  for (int k = 0; k < 10; ++k) interval_at(10'000);
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 2000);  // never above the usual target
+  // Out of urgent mode it starts again from the usual target.
+  sched.record_holds(false, 5'000'000'000);
+  interval_at(100'000);
+  EXPECT_DOUBLE_EQ(sched.urgent_target, 2000);
 }
 
 }  // namespace
