@@ -48,13 +48,20 @@ void CommSchedule::adapt_urgent_target(const SchedulerTuning& t) {
   // Shrink while samples stay near the peak (the link is as busy with less queued), grow at
   // once when they fall well below it (the daemon no longer keeps it busy). Samples low for
   // want of work (a training step's gaps) also grow it, towards the usual target: the safe side.
-  constexpr double kPeakDecay = 0.99;  // per sample (5 ms): the peak follows a slower link
+  constexpr double kPeakDecay = 0.97;  // per sample (20 ms): the peak follows a slower link
   constexpr double kKeep = 0.95;
   constexpr double kSlow = 0.85;
   constexpr double kShrink = 0.9;
   constexpr double kGrow = 1.5;
+  // Judged over several intervals: one interval sees a handful of unit completions, whose
+  // granularity alone moves a sample by 20 %.
+  constexpr int kIntervalsPerSample = 4;
   if (fresh_sample == 0) return;
-  const double sample = std::exchange(fresh_sample, 0.0);
+  adapt_sum += std::exchange(fresh_sample, 0.0);
+  if (++adapt_count < kIntervalsPerSample) return;
+  const double sample = adapt_sum / adapt_count;
+  adapt_sum = 0;
+  adapt_count = 0;
   rate_peak = std::max(sample, rate_peak * kPeakDecay);
   const double high = t.target_delay_us;
   const double low = std::min<double>(t.urgent_target_us, high);

@@ -79,7 +79,9 @@ struct CommSchedule {
   double urgent_target = 0;
   // The highest recent rate sample, decaying, against which each sample is judged.
   double rate_peak = 0;
-  double fresh_sample = 0;         // the last interval's rate, until adapt_urgent_target takes it
+  double fresh_sample = 0;  // the last interval's rate, until adapt_urgent_target takes it
+  double adapt_sum = 0;     // the intervals' rates adapt_urgent_target has summed so far
+  int adapt_count = 0;
   TransportHandle round = 0;       // 0: no round in flight
   InFlightToken round_on_network;  // held while `round` is
   // The round's records: every node's (all-to-all), or this node's and a peer's (combined).

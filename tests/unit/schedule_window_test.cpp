@@ -105,17 +105,20 @@ TEST(ScheduleWindow, UrgentModeShortensTheQueueForASecond) {
   EXPECT_EQ(sched.window(t, 4), usual);
 }
 
-// The urgent target shrinks while the rate holds at its peak, and grows at once when the rate
-// falls well below it (the daemon can no longer keep the shorter queue busy).
+// The urgent target shrinks while the rate (judged over 20 ms) holds at its peak, and grows at
+// once when the rate falls well below it (the daemon can no longer keep the shorter queue busy).
 TEST(ScheduleWindow, UrgentTargetFollowsTheRate) {
   CommSchedule sched;
   SchedulerTuning t = auto_tuning(2000);
   t.urgent_target_us = 250;
   sched.record_holds(true, 1'000'000);
   uint64_t ms = 1;
+  // One judged sample: four 5 ms intervals, adapting after every completion as the engine does.
   const auto interval_at = [&](size_t bytes_per_ms) {
-    for (int k = 0; k < 5; ++k) sched.record_completion(bytes_per_ms, ++ms * 1'000'000);
-    sched.adapt_urgent_target(t);
+    for (int k = 0; k < 20; ++k) {
+      sched.record_completion(bytes_per_ms, ++ms * 1'000'000);
+      sched.adapt_urgent_target(t);
+    }
   };
   interval_at(100'000);
   EXPECT_DOUBLE_EQ(sched.urgent_target, 2000 * 0.9);  // the first sample is the peak
