@@ -12,7 +12,6 @@
 // packed into one fused transfer.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
