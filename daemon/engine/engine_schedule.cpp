@@ -234,9 +234,10 @@ size_t NegotiatedOrder::progress(Job& job, Communicator& comm, const SchedulerTu
   // A new round once at least one chunk fits in the window by the time its plan arrives.
   const size_t nodes = comm.layout().node_count;
   const size_t chunk = this->chunk(sched, tuning, nodes);
+  const size_t window_now = window(sched, tuning, nodes);
   if (sched.round == 0 && !comm.poisoned() &&
-      sched.bytes_in_flight.value() - sched.drained_during_round() + chunk <=
-          std::max(window(sched, tuning, nodes), chunk)) {
+      sched.bytes_in_flight.value() - sched.drained_during_round(window_now) + chunk <=
+          std::max(window_now, chunk)) {
     const uint64_t now = ipc::monotonic_ns();
     const bool cycle_passed = tuning.fusion_cycle_us == 0 ||
                               now - sched.last_round_ns >= tuning.fusion_cycle_us * 1000ull;
@@ -292,7 +293,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   mine.chunk_bytes = chunk(sched, tuning, lay.node_count);
   const size_t window = this->window(sched, tuning, lay.node_count);
   // The room the window will have when the plan arrives: the round overlaps transfers.
-  const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round();
+  const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round(window);
   mine.room = window - std::min(window, staying);
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
   std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end

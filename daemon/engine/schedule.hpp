@@ -122,8 +122,8 @@ struct CommSchedule {
   size_t window(const SchedulerTuning& t, size_t nodes) const;
   size_t chunk(const SchedulerTuning& t, size_t nodes) const;
   // Bytes in flight now that are expected to have completed by the time a round started now
-  // hands out its plan.
-  size_t drained_during_round() const;
+  // hands out its plan; in urgent mode at most half of `window`.
+  size_t drained_during_round(size_t window) const;
   void record_round(uint64_t now);
   // Units were held (`held`) or not in the pass at `now`: urgent mode lasts kUrgentModeNs.
   void record_holds(bool held, uint64_t now);

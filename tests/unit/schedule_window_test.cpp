@@ -53,14 +53,17 @@ TEST(ScheduleWindow, BoundsAndFixedSettingsHold) {
   EXPECT_EQ(sched.chunk(t, 4096), size_t{1} << 20);
 }
 
+// A window that does not limit the lookahead.
+constexpr size_t kWide = size_t{64} << 20;
+
 TEST(ScheduleWindow, LookaheadIsWhatDrainsDuringARound) {
   CommSchedule sched;
   run_at(sched, 100'000);  // 100 MB/s
   InFlightToken on_network = sched.bytes_in_flight.acquire(1'000'000);
-  EXPECT_EQ(sched.drained_during_round(), 0u);  // no round measured yet
+  EXPECT_EQ(sched.drained_during_round(kWide), 0u);  // no round measured yet
   sched.last_round_ns = 50'000'000;
   sched.record_round(52'000'000);  // a 2 ms round: 200 KB drain meanwhile
-  EXPECT_NEAR(static_cast<double>(sched.drained_during_round()), 200e3, 5e3);
+  EXPECT_NEAR(static_cast<double>(sched.drained_during_round(kWide)), 200e3, 5e3);
   // Quick to rise, slow to fall.
   sched.last_round_ns = 60'000'000;
   sched.record_round(61'000'000);
@@ -69,9 +72,14 @@ TEST(ScheduleWindow, LookaheadIsWhatDrainsDuringARound) {
   sched.record_round(85'000'000);
   EXPECT_DOUBLE_EQ(sched.round_ns, 15e6);
   // Never more than is in flight (15 ms at 100 MB/s would be 1.5 MB).
-  EXPECT_EQ(sched.drained_during_round(), 1'000'000u);
+  EXPECT_EQ(sched.drained_during_round(kWide), 1'000'000u);
+  // In urgent mode at most half the window: a round that waited for late nodes says nothing
+  // of the link, and must not let the plans queue window after window.
+  EXPECT_EQ(sched.drained_during_round(600'000), 1'000'000u);
+  sched.record_holds(true, 90'000'000);
+  EXPECT_EQ(sched.drained_during_round(600'000), 300'000u);
   on_network.release();
-  EXPECT_EQ(sched.drained_during_round(), 0u);
+  EXPECT_EQ(sched.drained_during_round(kWide), 0u);
 }
 
 // Issue 18 point 4: for a second after units were held for a more urgent operation, the window
