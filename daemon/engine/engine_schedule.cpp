@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -20,6 +19,7 @@
 #include "engine/observer.hpp"
 #include "engine/op_check.hpp"
 #include "engine/round_record.hpp"
+#include "engine/urgency.hpp"
 #include "engine/wire_formats.hpp"
 #include "kernels/reduce.hpp"
 #include "nodecomm/ipc/clock.hpp"
@@ -118,46 +118,6 @@ bool is_int8(const Operation& op) {
 size_t whole_bytes(const Operation& op, const CommLayout& lay) {
   const auto dtype = static_cast<proto::DType>(op.first().dtype);
   return static_cast<size_t>(op.first().count) * proto::dtype_size(dtype) * lay.size;
-}
-
-// How urgent `op` is under `policy`: what `direct` and `lifo` order by; nothing under `none`.
-std::optional<int64_t> urgency(const Operation& op, proto::PriorityPolicy policy) {
-  if (policy == proto::PriorityPolicy::kDirect) return op.first().priority;
-  if (policy == proto::PriorityPolicy::kLifo) return static_cast<int64_t>(op.seq);
-  return std::nullopt;
-}
-
-// The urgency of the most urgent operation posted here that is not finished, for which less
-// urgent units are held (SchedulerTuning::hold_us): one no round has handed out yet only for
-// hold_us after it became ready here, since the other nodes may post it much later; one being
-// handed out is ready everywhere, and every node holds for it.
-std::optional<int64_t> most_urgent(Communicator& comm, const SchedulerTuning& tuning,
-                                   uint64_t now) {
-  if (tuning.hold_us == 0 || comm.poisoned()) return std::nullopt;
-  std::optional<int64_t> most;
-  for (const auto& [seq, op] : comm.ops()) {
-    if (is_comm_management(op)) continue;
-    if (op.phase != Operation::Phase::kReady && op.phase != Operation::Phase::kInterNode) continue;
-    if (op.scheduled_elems == 0 && now > op.last_arrival_ns + uint64_t{tuning.hold_us} * 1000) {
-      continue;
-    }
-    const std::optional<int64_t> u = urgency(op, tuning.policy);
-    if (u && (!most || *u > *most)) most = u;
-  }
-  return most;
-}
-
-// A unit's urgency: its most urgent operation's.
-std::optional<int64_t> urgency(Communicator& comm, const ScheduledUnit& unit,
-                               proto::PriorityPolicy policy) {
-  std::optional<int64_t> most;
-  for (const uint64_t seq : unit.seqs) {
-    const Operation* op = local_op(comm, seq);
-    if (op == nullptr) continue;
-    const std::optional<int64_t> u = urgency(*op, policy);
-    if (u && (!most || *u > *most)) most = u;
-  }
-  return most;
 }
 
 }  // namespace
@@ -739,38 +699,19 @@ size_t NegotiatedOrder::poll_units(Job& job, Communicator& comm, const Scheduler
   CommSchedule& sched = comm.schedule;
   size_t work = 0;
   // A unit not polled posts no further sends: what it has queued on the links drains, and a
-  // more urgent operation's round and transfer find them empty instead of waiting behind it.
-  // Its peers wait for it; they hold it too once the urgent operation is ready there, and the
-  // hold ends when that completes or (not handed out) after hold_us, so nothing waits forever.
+  // more urgent operation's round and transfer find them empty instead of waiting behind it
+  // (urgency.hpp). Its peers wait for it; they hold it too once the urgent operation is ready
+  // there, and the hold ends when that completes or (not handed out) after hold_us, so nothing
+  // waits forever.
   const uint64_t now = ipc::monotonic_ns();
-  const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
-  bool held = false;
-  // Until the urgent operation has a unit on the network, the oldest less urgent unit keeps
-  // going: it keeps the links busy while the urgent operation's round is out, and its
-  // completion leaves the window room for that round. (Held units stay in the window: a round
-  // for every urgent arrival regardless of room would cut the fused transfers of a stream of
-  // operations into one round each, which cost a training step 10 %.) Then it is held too, so
-  // nothing less urgent joins the links ahead of the urgent transfer's steps.
-  bool one_flows = false;
-  if (urgent) {
-    for (const ScheduledUnit& unit : sched.units) {
-      const std::optional<int64_t> u = urgency(comm, unit, tuning.policy);
-      if (u && *u >= *urgent) {
-        one_flows = true;  // the urgent operation is on the network: none flows
-        break;
-      }
-    }
-  }
+  const std::vector<bool> hold = units_to_hold(comm, tuning, now);
+  const bool held = !hold.empty();
+  size_t position = 0;  // in sched.units as it was when `hold` was computed
   for (auto it = sched.units.begin(); it != sched.units.end();) {
     ScheduledUnit& unit = *it;
-    // Whole units may be the transport's own collectives, which it must keep polling.
-    if (urgent && unit.kind != ScheduledUnit::Kind::kWhole) {
-      const std::optional<int64_t> u = urgency(comm, unit, tuning.policy);
-      if (u && *u < *urgent && std::exchange(one_flows, true)) {
-        held = true;
-        ++it;
-        continue;
-      }
+    if (position < hold.size() && hold[position++]) {
+      ++it;
+      continue;
     }
     bool finished = false;
     try {
