@@ -43,12 +43,13 @@ start_standalone_daemon "$rt" "$instance"
 }
 
 # start_rank JOB RANK SIZE: one soak rank in the background (at most 90 s), its pid in pids.
-# The checks below take 15-30 s on a loaded 2-core machine; both jobs run 45 s.
+# The checks below take 15-30 s on a loaded 2-core machine; both jobs run up to 45 s, and end
+# early once the checks are done and touch the stop file.
 start_rank() {
   timeout --kill-after=5 90 env NODECOMM_RUNTIME_DIR="$rt" NODECOMM_JOB="$1" \
     NODECOMM_LOCAL_RANK="$2" NODECOMM_LOCAL_SIZE="$3" NODECOMM_IDLE=backoff \
     NODECOMM_TIMEOUT_SEC=30 "$BIN/nodecomm-bench" --soak 45 --soak-no-memory-check \
-    --soak-max-bytes 256K >"$work/$1$2.log" 2>&1 &
+    --soak-max-bytes 256K --soak-stop-file "$work/stop" >"$work/$1$2.log" 2>&1 &
   pids+=($!)
 }
 # a first, so that it is the oldest job (status names the oldest); b's one rank would
@@ -173,6 +174,7 @@ print(f"ctl_jobs: trace: {len(events)} events of job b")
 EOF
 
 # Both jobs finish, every result exact.
+touch "$work/stop"
 for p in "${pids[@]}"; do
   wait "$p" || fail "a rank failed (exit $?): $(tail -n 5 "$work"/*.log)"
 done

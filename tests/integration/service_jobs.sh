@@ -83,7 +83,12 @@ rank_pid() {
     tr '\0' '\n' <"/proc/$p/environ" | grep -qx "NODECOMM_LOCAL_RANK=$3" && echo "$p" && return
   done
 }
-soak() { echo "$1/nodecomm-bench" --soak "$2" --soak-no-memory-check --soak-max-bytes 1M; }
+# soak BINDIR SECONDS [STOP]: a soak's command; with STOP it also ends once $work/STOP exists
+# (the job beside a failure ends a second after the failure has been checked).
+soak() {
+  echo "$1/nodecomm-bench" --soak "$2" --soak-no-memory-check --soak-max-bytes 1M \
+    ${3:+--soak-stop-file "$work/$3"}
+}
 longest_ok() {
   local v
   v=$(sed -n 's/.*longest iteration \([0-9.]*\) ms.*/\1/p' "$work/$1.out" | head -n 1)
@@ -122,7 +127,7 @@ done
 attach A2 "$BIN" :: --job jobA2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 60)
 a2=$!
 attach B2 "$OBIN" "${as_other[@]}" :: --job jobB2 --nodes 2 --ranks-per-node 1,3 \
-  --on-nodes 1,2 -- $(soak "$OBIN" 15)
+  --on-nodes 1,2 -- $(soak "$OBIN" 15 stopB2)
 b2=$!
 victim=""
 for _ in $(seq 100); do
@@ -142,6 +147,8 @@ named='^nodecomm-bench: rank [0-2]: error: .*rank 3'
 grep -Eq "$named" "$work/A2.out" || fail "no surviving rank of job A2 named rank 3 in its error"
 echo "service_jobs: A2's error: $(grep -m1 -E "$named" "$work/A2.out" | cut -c1-240)"
 awk -v x="$took" 'BEGIN { exit !(x < 8) }' || fail "job A2 took $took s to end (its ranks: 5 s)"
+sleep 1
+touch "$work/stopB2"
 wait "$b2" || fail "job B2 failed or was not exact after A2 lost a rank"
 grep -q "wrong elements (all ranks): 0" "$work/B2.out" || fail "job B2 printed no clean soak"
 longest_ok B2
@@ -151,7 +158,7 @@ wait $! || fail "job C2 on nodes 0-1 after A2's failure was not exact"
 echo "service_jobs: job C2 on nodes 0-1 exact after A2's failure"
 
 # 3. Node 2's daemon is killed; the job away from it carries on; node 2 rejoins.
-attach D "$BIN" :: --job jobD --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 15)
+attach D "$BIN" :: --job jobD --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 15 stopD)
 d=$!
 attach E "$BIN" :: --job jobE --nodes 2 --ranks-per-node 1,2 --on-nodes 1,2 -- $(soak "$BIN" 60)
 e=$!
@@ -165,6 +172,8 @@ took=$(elapsed_since "$killed")
 echo "service_jobs: job E (nodes 1-2) ended $took s after node 2's daemon was killed"
 echo "service_jobs: E's error: $(grep -m1 -iE 'node|daemon' "$work/E.out" | cut -c1-240)"
 awk -v x="$took" 'BEGIN { exit !(x < 8) }' || fail "job E took $took s to end (its ranks: 5 s)"
+sleep 1
+touch "$work/stopD"
 wait "$d" || fail "job D (nodes 0-1) was disturbed by node 2's loss"
 grep -q "wrong elements (all ranks): 0" "$work/D.out" || fail "job D printed no clean soak"
 longest_ok D

@@ -60,5 +60,5 @@ foreach(layout ${MLSL_LAYOUTS})
                    ${py_args}
            WORKING_DIRECTORY ${MLSL_C_PY_WORK}/mlsl_py_check_${layout})
   set_tests_properties(mlsl_py_check_${layout} PROPERTIES LABELS "integration;mlsl" TIMEOUT 300
-                       RUN_SERIAL TRUE SKIP_RETURN_CODE 77)
+                       SKIP_RETURN_CODE 77)
 endforeach()

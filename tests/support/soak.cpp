@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -224,7 +225,10 @@ int run_soak(Backend& b, const SoakConfig& config) {
     longest = std::max(longest, turn - began);
     began = turn;
     // Every rank stops at the same iteration: the largest "done" of all ranks decides.
-    int32_t done = now_sec() - start >= config.seconds || wrong > 0 ? 1 : 0;
+    // A test that has seen what it needs ends the soak through the stop file; any rank's
+    // sighting is enough, since the allreduce below spreads it.
+    const bool stopped = !config.stop_file.empty() && access(config.stop_file.c_str(), F_OK) == 0;
+    int32_t done = now_sec() - start >= config.seconds || wrong > 0 || stopped ? 1 : 0;
     b.allreduce(&done, &done, 1, NC_I32, NC_MAX);
     if (done != 0) break;
     if (rss_warm == 0 && now_sec() - start >= warmup) rss_warm = daemon_rss_bytes();

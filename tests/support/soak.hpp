@@ -19,6 +19,7 @@ struct SoakConfig {
   uint64_t max_bytes = uint64_t{2} << 20;  // largest buffer of one call
   std::string json_path;                   // one JSON summary line per rank 0, or empty
   bool memory_check = true;  // false: report RSS growth but do not fail on it (sanitizers)
+  std::string stop_file;     // the soak ends early once this file exists (empty: never)
 };
 
 // Arena the soak needs for its largest calls and batches.

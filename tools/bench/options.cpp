@@ -62,6 +62,10 @@ void add_extra_flags(CLI::App& app, ExtraFlags& f) {
   app.add_flag("--soak-no-memory-check", f.soak_no_memory_check,
                "--soak: report the daemons' memory but do not fail on growth (for sanitizer "
                "builds, whose allocators hold freed memory in quarantine)");
+  app.add_option("--soak-stop-file", f.soak_stop_file,
+                 "--soak: end the soak early, every result still checked, once FILE exists (a "
+                 "test that has seen what it needs touches it)")
+      ->type_name("FILE");
   app.add_flag("--priority-probe", f.priority_probe,
                "Instead of the size sweep: time a small priority-1 allreduce posted 5 ms after a "
                "big priority-0 one, and alone (--iters runs, default 10)");
@@ -142,11 +146,13 @@ RunMode resolve_run_mode(const ExtraFlags& f, const CLI::App& app, std::string_v
     m.soak.seed = f.soak_seed;
     m.soak.max_bytes = *parse_bytes(f.soak_max_bytes);
     m.soak.memory_check = !f.soak_no_memory_check;
+    m.soak.stop_file = f.soak_stop_file;
     m.arena_bytes = soak_arena_bytes(m.soak);
     apply_runtime_settings(f, NC_COMPRESS_NONE, baseline);
     return m;
   }
-  for (const char* flag : {"--soak-seed", "--soak-max-bytes", "--soak-no-memory-check"}) {
+  for (const char* flag :
+       {"--soak-seed", "--soak-max-bytes", "--soak-no-memory-check", "--soak-stop-file"}) {
     if (app.count(flag) > 0) throw CLI::ValidationError(flag, "needs --soak");
   }
   const bool workload = !f.workload.empty();

@@ -128,6 +128,7 @@ struct ExtraFlags {
   uint64_t soak_seed = 1;
   std::string soak_max_bytes = "2M";
   bool soak_no_memory_check = false;
+  std::string soak_stop_file;
   bool print_layers = false;
 };
 void add_extra_flags(CLI::App& app, ExtraFlags& flags);
