@@ -94,6 +94,11 @@ def parse_args():
     p.add_argument("--phases", action="store_true",
                    help="rank 0 prints each step's forward, backward (with DDP's wait for the "
                         "buckets) and optimizer times")
+    p.add_argument("--bucket-times", action="store_true",
+                   help="every rank prints, per step, when each DDP bucket reached the comm "
+                        "hook and when its reduction completed, in ms since the rank's step "
+                        "began (the hook modes and --reference none; gloo and plain "
+                        "--backend nodecomm have no Python hook to time)")
     return p.parse_args()
 
 
@@ -173,6 +178,39 @@ def no_exchange_hook(_, bucket):
     return future
 
 
+class BucketTimes:
+    """--bucket-times: wraps a comm hook and notes, relative to the step's start, when each
+    bucket reached it ("posted") and when its future completed ("done"): where in the step the
+    wire can start, and how long each bucket's reduction took."""
+
+    def __init__(self):
+        self.step_start = 0.0
+        self.events = []  # (bucket index, bytes or None when done, seconds since step start)
+
+    def start_step(self):
+        self.step_start = time.perf_counter()
+        self.events = []
+
+    def wrap(self, hook):
+        """A plain function, as DDP's register_comm_hook wants (it reads its name)."""
+        def timed_hook(state, bucket):
+            buffer = bucket.buffer()
+            index = bucket.index()
+            self.events.append((index, buffer.numel() * buffer.element_size(),
+                                time.perf_counter() - self.step_start))
+
+            def done(future):
+                self.events.append((index, None, time.perf_counter() - self.step_start))
+                return future.value()
+            return hook(state, bucket).then(done)
+        return timed_hook
+
+    def line(self, rank, step):
+        parts = [f"{i}:posted:{b / 1e6:.1f}MB@{t * 1e3:.1f}" if b is not None
+                 else f"{i}:done@{t * 1e3:.1f}" for i, b, t in self.events]
+        return f"buckets: rank {rank} step {step} " + " ".join(parts)
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -213,8 +251,10 @@ def main():
         hook = getattr(default_hooks, f"{args.gloo_compress}_compress_hook")
         ddp.register_comm_hook(None, hook)  # None: the default (gloo) process group
         mode += f"+{args.gloo_compress}"
+    timer = None
     if args.reference == "none":
-        ddp.register_comm_hook(None, no_exchange_hook)
+        timer = BucketTimes() if args.bucket_times else None
+        ddp.register_comm_hook(None, timer.wrap(no_exchange_hook) if timer else no_exchange_hook)
     elif backend_alone:
         mode = "nodecomm-backend" + (f"+{args.compress}" if args.compress != "none" else "")
     elif not args.reference:
@@ -222,7 +262,9 @@ def main():
                                          register=not args.no_register,
                                          compress=None if args.compress == "none"
                                          else args.compress)
-        ddp.register_comm_hook(state, nodecomm.torch.allreduce_hook)
+        hook = nodecomm.torch.allreduce_hook
+        timer = BucketTimes() if args.bucket_times else None
+        ddp.register_comm_hook(state, timer.wrap(hook) if timer else hook)
         if args.backend == "nodecomm":
             mode = "nodecomm-backend+hook"
         if args.compress != "none":
@@ -241,6 +283,8 @@ def main():
     for step, (x, y) in enumerate(batches):
         if rank == 0 and step == min(args.warmup, args.steps - 1):
             tx_start = link_tx_bytes()
+        if timer:
+            timer.start_step()
         start = time.perf_counter()
         start_wall = time.time()
         optimizer.zero_grad(set_to_none=True)
@@ -255,6 +299,8 @@ def main():
             print(f"phases: t0 {start_wall:.4f} step {step} forward_ms {(forward_end - start) * 1e3:.1f} "
                   f"backward_ms {(backward_end - forward_end) * 1e3:.1f} "
                   f"optimizer_ms {(start + elapsed - backward_end) * 1e3:.1f}", flush=True)
+        if timer:
+            print(timer.line(rank, step), flush=True)
         if rank == 0 and not args.quiet:
             print(f"step {step:3d}  time {elapsed * 1e3:8.1f} ms  loss {loss.item():.6f}",
                   flush=True)

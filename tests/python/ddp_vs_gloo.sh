@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Trains examples/pytorch_ddp.py on 2 nodes x 2 ranks with the same seed through the nodecomm
-# DDP hook (buckets in 1 MB pieces, and whole buckets), through plain DDP on the nodecomm
-# torch.distributed backend (when built; with and without the hook on top) and with DDP's own
-# gloo allreduce, and checks that each nodecomm run's final weights agree with gloo's
-# (torch.allclose, rtol 1e-5, atol 1e-6).
+# DDP hook (buckets in 1 MB pieces, with --bucket-times, and whole buckets), through plain DDP
+# on the nodecomm torch.distributed backend (when built; with and without the hook on top) and
+# with DDP's own gloo allreduce, and checks that each nodecomm run's final weights agree with
+# gloo's (torch.allclose, rtol 1e-5, atol 1e-6).
 #   ddp_vs_gloo.sh BIN_DIR PYTHON EXAMPLE
 set -u
 BIN=$1 PYTHON=$2 EXAMPLE=$3
@@ -21,7 +21,7 @@ fi
 for mode in "${MODES[@]}"; do
   extra=()
   [ "$mode" = gloo ] && extra=(--reference gloo)
-  [ "$mode" = nodecomm ] && extra=(--piece-mb 1)
+  [ "$mode" = nodecomm ] && extra=(--piece-mb 1 --bucket-times)
   [ "$mode" = nodecomm-whole ] && extra=(--piece-mb 0)
   [ "$mode" = backend ] && extra=(--backend nodecomm)
   [ "$mode" = backend-hook ] && extra=(--backend nodecomm --hook --piece-mb 1)
@@ -31,6 +31,15 @@ for mode in "${MODES[@]}"; do
     echo "FAIL: $mode run:"; cat "$T/$mode.log"; exit 1
   fi
   grep '^summary:' "$T/$mode.log"
+  # --bucket-times: every rank's last step, each bucket posted and done.
+  if [ "$mode" = nodecomm ]; then
+    for r in 0 1 2 3; do
+      line=$(grep "^buckets: rank $r step 4 " "$T/$mode.log")
+      [[ $line == *"0:posted:"*"MB@"* && $line == *"0:done@"* ]] ||
+        { echo "FAIL: --bucket-times: rank $r printed '$line'"; exit 1; }
+    done
+    echo "bucket times: $(grep '^buckets: rank 0 step 4 ' "$T/$mode.log")"
+  fi
   echo "$mode run: $(( $(date +%s) - start )) s"
 done
 others=()
