@@ -322,7 +322,8 @@ def main(argv=None):
     c.add_argument('--reps', type=int, default=3, help='runs per layout; their median counts')
     c.add_argument('--compress', default='', choices=['', 'bf16', 'f16', 'int8'],
                    help="measure 2 x 1 allreduces of 1-64 MiB with this wire type instead "
-                   "(with --base and --fit codec: the codec's cost)")
+                   "(with --base and --fit codec, or codec_int8 for int8: that wire type's "
+                   "codec cost)")
     c.add_argument('--base', default='', help='start from these params (a calibration JSON)')
     c.add_argument('--fit', default='', help='fit only these parameters (comma-separated)')
     c.add_argument('--timeout', type=int, default=600)

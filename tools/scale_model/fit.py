@@ -4,11 +4,11 @@ alike. Plain Nelder-Mead over the logarithms of the parameters (they are all pos
 third-party packages."""
 import math
 
-from .model import Params, Tuning, allreduce_time
+from .model import CODEC_PARAM, Params, Tuning, allreduce_time
 
 # What calibration fits; the rest keep their values (cores, the tuning's switch points).
 FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta',
-          'eta_slope', 'overlap_rest', 'contention', 'codec')
+          'eta_slope', 'overlap_rest', 'contention', 'codec', 'codec_int8')
 # Kept inside these bounds: eta and overlap_rest are fractions, the slopes small.
 BOUNDS = {'eta': (0.3, 1.0), 'eta_slope': (1e-5, 0.1), 'overlap_rest': (1e-4, 1.0),
           'contention': (1e-4, 4.0)}
@@ -64,9 +64,11 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
     (Params, rms of log errors)."""
     base = base or Params()
     tuning = tuning or Tuning()
-    # The codec's cost only where some point was measured with wire compression.
-    names = [n for n in names if n != 'codec' or any(len(pt) > 5 and pt[5] != 'none'
-                                                     for pt in points)]
+    # A wire type's codec cost only where some point was measured with that wire type.
+    def measured_with(name):
+        return any(len(pt) > 5 and pt[5] != 'none' and CODEC_PARAM[pt[5]] == name
+                   for pt in points)
+    names = [n for n in names if n not in CODEC_PARAM.values() or measured_with(n)]
 
     def cost(logs):
         p = _params(base, names, logs)
@@ -78,6 +80,16 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
 
     # Start every parameter inside its bounds (contention's default, 0, is not).
     x = [math.log(max(getattr(base, n), BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
+    # A codec cheaper than the link is hidden by it (the transfer goes at the slower one's
+    # pace), so the cost is flat there and the simplex would not move: start each codec at the
+    # best value of a scan, 1 ps to 100 ns per byte in steps of 1/32 decade (the step from
+    # hidden to binding is narrow), the largest of equals (below the link they all tie).
+    for i, name in enumerate(names):
+        if name in CODEC_PARAM.values():
+            def at(v, i=i):
+                return cost(x[:i] + [math.log(v)] + x[i + 1:])
+            grid = [10 ** (e / 32) for e in range(-12 * 32, -7 * 32 + 1)]
+            x[i] = math.log(min(reversed(grid), key=at))
     # Restarts from the best point with a fresh simplex of varying size: Nelder-Mead stalls in
     # narrow valleys, and the local and network terms make some.
     best = None

@@ -25,6 +25,9 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
   shaping leave (eta); the local part overlaps the wire part range by range, so the larger of
   the two counts in full and the smaller by `overlap_rest` (0: fully hidden, 1: not at all).
 
+  With wire compression the allreduce takes the ring, its wire carries the wire type's bytes,
+  and the transfer goes no faster than the daemons' encoding and decoding (codec_time).
+
   A simulated link (tc's token bucket, nodecomm-launch --netsim) refills its bucket while an
   operation's fixed costs keep it idle, up to burst_bytes, and then sends that much at once:
   the wire part is shortened by min(burst_bytes * beta, the fixed costs). Real fabrics have no
@@ -75,7 +78,8 @@ class Params:
     eta: float = 0.95          # of the link rate, what the daemons' transfers reach (2 nodes)
     eta_slope: float = 0.005   # what eta loses per node beyond 2
     overlap_rest: float = 0.1  # share of the smaller of local / wire that is not hidden
-    codec: float = 0.5e-9      # s per f32 byte: encoding and decoding the wire type (--compress)
+    codec: float = 0.5e-9      # s per f32 byte and ring pass: bf16/f16 encoding and decoding
+    codec_int8: float = 2e-9   # the same for int8 (block scales, rounding, error feedback)
     contention: float = 0.0    # exponent of the oversubscription factor on latencies
     cores: int = 2             # the machine's cores (for the oversubscription factor)
     source: dict = field(default_factory=dict)  # how each was obtained
@@ -136,10 +140,14 @@ def collective_switch_bytes(t: Tuning):
     return 64 * KIB if t.small_bytes is None else t.small_bytes
 
 
-def algorithm(t: Tuning, size, nodes):
-    """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp)."""
+def algorithm(t: Tuning, size, nodes, compress='none'):
+    """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp). A
+    compressed one is never eager and always takes the ring, the only algorithm that
+    re-encodes per step."""
     if nodes <= 1:
         return 'local'
+    if compress != 'none':
+        return 'ring'
     if size <= t.eager_bytes:
         return 'eager'
     if nodes > 2 and size <= switch_bytes(t, nodes):
@@ -155,10 +163,12 @@ def link_beta(p: Params, nodes, rate, wire_factor=1.0):
 
 def with_total(p: Params, parts, beta):
     """parts with 'credit' and 'total': the fixed costs, then the larger of local and wire in
-    full and the smaller by overlap_rest; the token bucket's credit shortens the wire."""
+    full and the smaller by overlap_rest; the token bucket's credit shortens the wire. A
+    compressed transfer ('codec') goes at the pace of the slower of the link and the
+    daemons' encoding and decoding, which run between the ring's steps."""
     fixed = parts['overhead'] + parts['round'] + parts['latency']
     parts['credit'] = min(p.burst_bytes * beta, fixed, parts['wire'])
-    wire = parts['wire'] - parts['credit']
+    wire = max(parts['wire'] - parts['credit'], parts.get('codec', 0.0))
     big, small = max(parts['local'], wire), min(parts['local'], wire)
     parts['total'] = fixed + big + p.overlap_rest * small
     return parts
@@ -169,21 +179,38 @@ def with_total(p: Params, parts, beta):
 WIRE_FACTOR = {'none': 1.0, 'bf16': 0.5, 'f16': 0.5, 'int8': 0.25}
 
 
+# The parameter of each wire type's encoding and decoding cost.
+CODEC_PARAM = {'bf16': 'codec', 'f16': 'codec', 'int8': 'codec_int8'}
+
+
+def codec_time(p: Params, size, nodes, compress):
+    """The daemons' encoding and decoding of a compressed ring allreduce: each node encodes
+    what it sends and decodes what it receives at each of the ring's 2 (N - 1) steps, 2 (N - 1)
+    / N of the buffer (one pass over it on 2 nodes, where the parameter is calibrated). The N
+    daemons of a simulated cluster share the machine's cores: beyond `cores` daemons their
+    codec work takes N / cores longer (a real node's daemon has cores of its own: the
+    projection's `cores` is unbounded)."""
+    if compress == 'none' or nodes <= 1:
+        return 0.0
+    per_byte = getattr(p, CODEC_PARAM[compress])
+    return per_byte * size * 2 * (nodes - 1) / nodes * max(1.0, nodes / p.cores)
+
+
 def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none'):
     """The terms of one allreduce, seconds each: a dict with 'total'. `compress`: the wire
-    type of an f32 allreduce (nodecomm-bench --compress); the daemon encodes what it sends and
-    decodes what it receives, `codec` seconds per f32 byte of the buffer in all."""
+    type of an f32 allreduce (nodecomm-bench --compress): the wire carries its bytes, and the
+    transfer goes no faster than the daemons encode and decode ('codec', codec_time)."""
     k = oversubscription(p, nodes, ranks)
     beta = link_beta(p, nodes, rate, WIRE_FACTOR[compress])
-    codec = p.codec * size if compress != 'none' and nodes > 1 else 0.0
     parts = {
         'overhead': k * (p.o1 + p.o2 * (ranks - 1)),
-        'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) + codec +
+        'local': size * (p.l1 * ranks + p.l2 * (ranks - 1)) +
                  max(0, size - p.cache_bytes) * (p.l3 * ranks + p.l4 * (ranks - 1)),
         'round': k * round_time(p, t, nodes),
         'latency': 0.0,
         'wire': 0.0,
-        'algorithm': algorithm(t, size, nodes),
+        'codec': codec_time(p, size, nodes, compress),
+        'algorithm': algorithm(t, size, nodes, compress),
     }
     alg = parts['algorithm']
     if alg == 'recursive_doubling':
