@@ -300,7 +300,9 @@ def main():
                   f"backward_ms {(backward_end - forward_end) * 1e3:.1f} "
                   f"optimizer_ms {(start + elapsed - backward_end) * 1e3:.1f}", flush=True)
         if timer:
-            print(timer.line(rank, step), flush=True)
+            # One write per line, newline included: four ranks share the launcher's output.
+            sys.stdout.flush()
+            os.write(sys.stdout.fileno(), (timer.line(rank, step) + "\n").encode())
         if rank == 0 and not args.quiet:
             print(f"step {step:3d}  time {elapsed * 1e3:8.1f} ms  loss {loss.item():.6f}",
                   flush=True)
