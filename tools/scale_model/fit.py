@@ -83,13 +83,15 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
     # A codec cheaper than the link is hidden by it (the transfer goes at the slower one's
     # pace), so the cost is flat there and the simplex would not move: start each codec at the
     # best value of a scan, 1 ps to 100 ns per byte in steps of 1/32 decade (the step from
-    # hidden to binding is narrow), the largest of equals (below the link they all tie).
+    # hidden to binding is narrow). Of equals, the smallest: a codec the points show only as
+    # hidden stays far below the link, rather than just under it, where the daemons' sharing
+    # of the cores on more nodes would make it bind.
     for i, name in enumerate(names):
         if name in CODEC_PARAM.values():
             def at(v, i=i):
                 return cost(x[:i] + [math.log(v)] + x[i + 1:])
             grid = [10 ** (e / 32) for e in range(-12 * 32, -7 * 32 + 1)]
-            x[i] = math.log(min(reversed(grid), key=at))
+            x[i] = math.log(min(grid, key=at))
     # Restarts from the best point with a fresh simplex of varying size: Nelder-Mead stalls in
     # narrow valleys, and the local and network terms make some.
     best = None
