@@ -4,6 +4,7 @@ points, and the step simulation behaves as a step does."""
 import json
 import math
 import os
+import re
 import sys
 import unittest
 
@@ -45,6 +46,26 @@ class Model(unittest.TestCase):
         with open(os.path.join(HERE, '..', 'data', 'rd_switch_points.json')) as f:
             self.assertEqual(json.load(f), switch.table())
 
+    def test_the_models_tuning_is_the_daemons(self):
+        # model.Tuning mirrors daemon/config/tuning.hpp: a default changed on one side only
+        # would make the check and the projection describe a daemon that does not exist.
+        with open(os.path.join(HERE, '..', '..', 'daemon', 'config', 'tuning.hpp')) as f:
+            text = f.read()
+
+        def value(pattern):
+            m = re.search(pattern + r' = (?:size_t\{(\d+)\} \* (\d+)|(\d+));', text)
+            self.assertIsNotNone(m, pattern)
+            return int(m[1]) * int(m[2]) if m[1] else int(m[3])
+
+        t = model.Tuning()
+        self.assertEqual(value(r'constexpr size_t kMaxEagerBytes'), t.eager_bytes)
+        self.assertEqual(value(r'constexpr size_t kMaxAutoSwitchBytes'), t.max_auto_switch)
+        self.assertEqual(value(r'constexpr uint32_t kDefaultGatherNodes'), t.gather_nodes)
+        algorithms = text[text.index('struct AlgorithmTuning'):]
+        text = algorithms[:algorithms.index('};')]
+        self.assertEqual(value(r'size_t latency_bytes'), t.latency_bytes)
+        self.assertEqual(value(r'size_t chunk_bytes'), t.slice_bytes)
+
     def test_large_ring_approaches_the_link(self):
         p = model.Params(eta=1.0, eta_slope=0, l1=0, l2=0, l3=0, l4=0)
         t = model.Tuning()
@@ -53,6 +74,28 @@ class Model(unittest.TestCase):
             wire = 2 * (nodes - 1) / nodes * size / RATE
             self.assertAlmostEqual(model.allreduce_time(p, t, size, nodes, 1, RATE) / wire, 1,
                                    delta=0.01)
+
+    def test_scheduler_units_cost_ring_latency_only_beyond_a_window(self):
+        t = model.Tuning()
+        # 1 Gbit/s: units of a quarter of 2 (N - 1) x 2 ms of link time, four in flight.
+        unit, in_flight = model.sched_units(t, 2, 1 / RATE)
+        self.assertAlmostEqual(unit, 125e6 * 2 * 0.002 / 4, delta=1)
+        self.assertEqual(in_flight, 4)
+        self.assertEqual(model.sched_units(t, 4096, 1 / RATE), (4 * MIB, 16))  # both capped
+        # On the simulated links the later waves' steps hide behind the transfer ...
+        p = model.Params(alpha_m=250e-6, eta=1.0, eta_slope=0)
+        for nodes in (2, 4, 8):
+            parts = model.allreduce_parts(p, t, 64 * MIB, nodes, 1, RATE)
+            self.assertAlmostEqual(parts['latency'], 2 * (nodes - 1) * p.alpha_m)
+        # ... but on 4096 nodes of a fast fabric a 256 MiB allreduce is four waves of 16 units
+        # of 4 MiB, each wave a ring of 8190 steps that its 64 MiB do not cover.
+        p = model.Params(alpha_m=10e-6, eta=1.0, eta_slope=0, contention=0)
+        fast = 12.5e9
+        parts = model.allreduce_parts(p, t, 256 * MIB, 4096, 1, fast)
+        one = 8190 * p.alpha_m
+        self.assertAlmostEqual(parts['latency'], 4 * one - parts['wire'])
+        self.assertAlmostEqual(model.allreduce_parts(p, t, 64 * MIB, 4096, 1, fast)['latency'],
+                               one)
 
     def test_rounds_combine_beyond_gather_nodes(self):
         p, t = model.Params(), model.Tuning()

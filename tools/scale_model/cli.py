@@ -7,7 +7,7 @@ import os
 import statistics
 import sys
 
-from . import fabrics, fit, measure, model, plots, switch, workload
+from . import chunks, fabrics, fit, measure, model, plots, switch, workload
 
 KIB, MIB = model.KIB, model.MIB
 CAL_SIZES = [8, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
@@ -390,6 +390,25 @@ def main(argv=None):
     w.add_argument('--out', default='')
     w.add_argument('--timeout', type=int, default=600)
     w.set_defaults(func=lambda a: switch.cmd_switch(a, load_params))
+    s = sub.add_parser('chunks', help="the ring's slice size (--chunk-size): measured side "
+                       "by side on this machine, against the model (which has no slice term)")
+    s.add_argument('--params', default='', help='calibration: also print the prediction')
+    s.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')], default=[2, 4])
+    s.add_argument('--ranks', type=lambda s: [int(x) for x in s.split(',')], default=[1])
+    s.add_argument('--rate', default='1gbit')
+    s.add_argument('--sizes', type=parse_sizes, default=parse_sizes('4M,64M'))
+    s.add_argument('--chunks', type=parse_sizes, default=parse_sizes('16K,512K,8M'),
+                   help="slice sizes to run (the daemon's default is always added)")
+    s.add_argument('--reps', type=int, default=3)
+    s.add_argument('--daemon-arg', action='append', default=[],
+                   help="a daemon option for every run (e.g. --priority-policy=none: "
+                   "sequence order, where the ring gets whole operations and the slice size "
+                   "binds)")
+    s.add_argument('--tolerance', type=float, default=0.05,
+                   help="largest loss of the default against the best slice size")
+    s.add_argument('--out', default='')
+    s.add_argument('--timeout', type=int, default=600)
+    s.set_defaults(func=lambda a: chunks.cmd_chunks(a, load_params))
     a = ap.parse_args(argv)
     return a.func(a)
 

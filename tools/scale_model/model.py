@@ -59,6 +59,7 @@ class Tuning:
     halving: bool = False            # what if: halving-doubling instead of the ring (not built)
     slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
     gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
+    target_us: int = 2000            # SchedulerTuning::target_delay_us: the window's link time
 
 
 @dataclass
@@ -227,8 +228,9 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         parts['latency'] = k * (2 * (p2.bit_length() - 1) + (2 if extra else 0)) * p.alpha_m
         parts['wire'] = (2 * (p2 - 1) / p2 + (2 if extra else 0)) * size * beta
     elif alg == 'ring':
-        parts['latency'] = k * 2 * (nodes - 1) * p.alpha_m
         parts['wire'] = 2 * (nodes - 1) / nodes * size * beta
+        parts['latency'] = ring_latency(t, size, nodes, k * p.alpha_m, parts['wire'],
+                                        link_beta(p, nodes, rate))
     return with_total(p, parts, beta)
 
 
@@ -273,6 +275,33 @@ def collective_parts(p: Params, t: Tuning, kind, size, nodes, ranks, rate):
         parts['latency'] = k * hops * p.alpha_m
         parts['wire'] = (size + (hops - 1) * slice_bytes) * beta
     return with_total(p, parts, beta)
+
+
+# The scheduler's bounds on its window and its units (engine/schedule.hpp).
+WINDOW_BYTES = (256 * KIB, 64 * MIB)
+UNIT_BYTES = (64 * KIB, 4 * MIB)
+
+
+def sched_units(t: Tuning, nodes, beta):
+    """(unit bytes, units in flight at once) of the negotiated scheduler (CommSchedule::window
+    and ::chunk): the window keeps target_us of link time queued on each of the ring's links,
+    2 (N - 1) x rate x target, and a large allreduce is cut into units of a quarter of it."""
+    rate = 1 / beta if beta else 0.0
+    window = min(max(rate * 2 * (max(nodes, 2) - 1) * t.target_us / 1e6, WINDOW_BYTES[0]),
+                 WINDOW_BYTES[1])
+    unit = min(max(window / 4, UNIT_BYTES[0]), UNIT_BYTES[1])
+    return unit, max(1, int(window // unit))
+
+
+def ring_latency(t: Tuning, size, nodes, step, wire, beta):
+    """The ring's message steps: each scheduler unit is its own ring of 2 (N - 1) steps, and at
+    most a window's units run at once, so an allreduce of more units than that pays the steps
+    once per wave of units. The first wave's are exposed; the later waves' only where they
+    outlast the transfer (with many nodes and a short per-step transfer)."""
+    one = 2 * (nodes - 1) * step
+    unit, in_flight = sched_units(t, nodes, beta)
+    waves = math.ceil(math.ceil(size / unit) / in_flight)
+    return one + max(0.0, (waves - 1) * one - wire)
 
 
 def ring_flat_time(alpha, beta, size, procs):
