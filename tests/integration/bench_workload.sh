@@ -95,6 +95,7 @@ elif [ "$WHAT" = batch-probe ]; then
       check "$WORK/batch-nodecomm.json" batch 'v == 300' $line
       check "$WORK/batch-nodecomm.json" wrong 'v == 0' $line
       check "$WORK/batch-nodecomm.json" time_us 'v > 0 && v < 1e6' $line
+      check "$WORK/batch-nodecomm.json" median_us 'v > 0 && v < 1e6' $line
     done
   grep -q '^# batch 300: ' "$WORK/batch-nodecomm.out" && pass "batch note" || fail "no batch note"
   launch batch-mpi --backend mpi --nodes 2 --ranks-per-node 2 -- "$BIN/nodecomm-bench" \

@@ -19,6 +19,7 @@
 #include "collectives.hpp"
 #include "nodecomm/ipc/byte_size.hpp"
 #include "report.hpp"
+#include "workload.hpp"
 
 namespace nodecomm::bench {
 
@@ -210,7 +211,7 @@ class Runner {
     group_rank_ = backend_.group_rank();
     size_ = backend_.group_size();
     // The scratch words come first: without them the ranks cannot even agree to stop.
-    scratch_ = static_cast<double*>(buffers_.alloc(2 * sizeof(double)));
+    scratch_ = static_cast<double*>(buffers_.alloc(3 * sizeof(double)));
     if (!setup()) return 1;
     if (!config_.timeline_path.empty()) write_timeline_header();
 
@@ -401,7 +402,8 @@ class Runner {
     const char* phase = "setup";
     int index = 0;
     int total = 0;
-    double local[2] = {0, 0};  // mean time per iteration (us), wrong elements
+    // Mean time per iteration (us), wrong elements, median time per iteration (us).
+    double local[3] = {0, 0, 0};
     try {
       if (buffers) {
         const CollectiveCase reference(config_.collective, config_.dtype, config_.redop, size_,
@@ -436,28 +438,31 @@ class Runner {
       backend_.sync();
       phase = "timed iteration";
       total = iters;
-      const auto start = std::chrono::steady_clock::now();
-      if (timeline_.is_open()) {
-        // Wall-clock times, read around each call only here: other processes' timelines are
-        // compared with these.
-        std::vector<double> ends(static_cast<size_t>(iters) + 1);
-        ends[0] = wall_seconds();
-        for (index = 0; index < iters; ++index) {
-          run_once();
-          ends[static_cast<size_t>(index) + 1] = wall_seconds();
-        }
-        for (size_t i = 0; i + 1 < ends.size(); ++i)
-          timeline_ << fmt::format("{} {} {:.6f} {:.6f}\n", bytes, i, ends[i], ends[i + 1]);
-        timeline_.flush();
-      } else {
-        for (index = 0; index < iters; ++index) run_once();
+      // Each iteration's end too: on a shared machine one descheduled iteration moves the
+      // mean, not the median (the typical operation's time, which tools/scale-model checks).
+      using Clock = std::chrono::steady_clock;
+      std::vector<Clock::time_point> ends(static_cast<size_t>(iters) + 1);
+      // Wall-clock times only for a timeline: other processes' timelines are compared with them.
+      std::vector<double> walls(timeline_.is_open() ? ends.size() : 0);
+      ends[0] = Clock::now();
+      if (!walls.empty()) walls[0] = wall_seconds();
+      for (index = 0; index < iters; ++index) {
+        run_once();
+        ends[static_cast<size_t>(index) + 1] = Clock::now();
+        if (!walls.empty()) walls[static_cast<size_t>(index) + 1] = wall_seconds();
       }
-      const std::chrono::duration<double, std::micro> elapsed =
-          std::chrono::steady_clock::now() - start;
+      for (size_t i = 0; i + 1 < walls.size(); ++i)
+        timeline_ << fmt::format("{} {} {:.6f} {:.6f}\n", bytes, i, walls[i], walls[i + 1]);
+      if (!walls.empty()) timeline_.flush();
+      std::vector<double> each(static_cast<size_t>(iters));
+      for (size_t i = 0; i < each.size(); ++i)
+        each[i] = std::chrono::duration<double, std::micro>(ends[i + 1] - ends[i]).count();
+      const std::chrono::duration<double, std::micro> elapsed = ends.back() - ends.front();
       local[0] = elapsed.count() / iters / batch;
+      local[2] = median(std::move(each)) / batch;
       phase = "averaging the results over ranks";
       index = total = 0;
-      sum_over_ranks(backend_, scratch_, local, 2);
+      sum_over_ranks(backend_, scratch_, local, 3);
     } catch (const std::exception& e) {
       const std::string at =
           total > 0 ? fmt::format("{} {} of {}", phase, index + 1, total) : std::string(phase);
@@ -470,6 +475,7 @@ class Runner {
     row.type = buffers ? dtype_name_ : "none";
     row.redop = reducing ? redop_name_ : "none";
     row.time_us = local[0] / world_size_;  // averaged over every rank of every group
+    row.median_us = local[2] / world_size_;
     if (config_.check && buffers) row.wrong = static_cast<uint64_t>(local[1]);
     row.iters = iters;
     return row;

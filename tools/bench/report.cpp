@@ -92,6 +92,7 @@ void Report::row(const Row& row) {
       {"redop", row.redop},
       {"root", info_.root},
       {"time_us", row.time_us},
+      {"median_us", row.median_us},
       {"algbw_gbs", bw.algbw_gbs},
       {"busbw_gbs", bw.busbw_gbs},
       {"wrong", row.wrong ? nlohmann::ordered_json(*row.wrong) : nlohmann::ordered_json(nullptr)},

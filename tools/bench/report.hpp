@@ -41,6 +41,7 @@ struct Row {
   std::string type;               // "none" for barrier
   std::string redop;              // "none" for collectives that do not reduce
   double time_us = 0;             // mean over iterations, then over ranks
+  double median_us = 0;           // median of the iterations, then mean over ranks
   std::optional<uint64_t> wrong;  // total over ranks; empty when not checked
   int iters = 0;
 };
