@@ -60,7 +60,7 @@ def cmd_calibrate(a):
         with open(a.points) as f:
             points = [tuple(p) for p in json.load(f)['points']]
     else:
-        runner = measure.Runner(a.build, timeout=a.timeout)
+        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic)
         points = (codec_points(runner, a.rate, a.reps, a.compress) if a.compress
                   else calibration_points(runner, a.rate, a.reps))
     base = load_params(a.base) if a.base else None
@@ -69,12 +69,14 @@ def cmd_calibrate(a):
     if base is not None and a.fit:
         params.source['fit'] = base.source.get('fit', '')  # the rest's, not these points'
     params.source['calibrated_on' if not a.fit else f'{a.fit}_calibrated_on'] = (
-        f"rate {a.rate}, {len(points)} points, log rms {rms:.3f}")
+        f"rate {a.rate}, {len(points)} points ({a.statistic} of the iterations), "
+        f"log rms {rms:.3f}")
     if a.base:
         # The base's points stay with it: these are only what the listed parameters were fitted on.
         with open(a.base) as f:
             points = json.load(f).get('points', []) + [list(pt) for pt in points]
-    out = {'params': params.to_json(), 'rate': a.rate, 'points': points}
+    out = {'params': params.to_json(), 'rate': a.rate, 'statistic': a.statistic,
+           'points': points}
     text = json.dumps(out, indent=1)
     if a.out:
         with open(a.out, 'w') as f:
@@ -206,7 +208,7 @@ def cmd_check(a):
             row['error'] = row['predicted_s'] / row['measured_s'] - 1
             print_row(row)
     else:
-        runner = measure.Runner(a.build, timeout=a.timeout)
+        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic)
         for rate in a.rates:
             for nodes in a.nodes:
                 for ranks in a.ranks:
@@ -245,7 +247,8 @@ def cmd_check(a):
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:
         with open(a.out, 'w') as f:
-            json.dump({'params': p.to_json(), 'rows': rows, 'median_error': median,
+            json.dump({'params': p.to_json(), 'statistic': a.statistic, 'rows': rows,
+                       'median_error': median,
                        'max_error': worst, 'accepted': ok}, f, indent=1)
     return 0 if ok else 1
 
@@ -326,6 +329,9 @@ def main(argv=None):
                    "codec cost)")
     c.add_argument('--base', default='', help='start from these params (a calibration JSON)')
     c.add_argument('--fit', default='', help='fit only these parameters (comma-separated)')
+    c.add_argument('--statistic', default='mean', choices=list(measure.STATISTICS),
+                   help="what one operation took: the mean of nodecomm-bench's timed "
+                   "iterations (its table's time) or their median (default mean)")
     c.add_argument('--timeout', type=int, default=600)
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser('predict', help='predicted times, JSON')
@@ -361,6 +367,9 @@ def main(argv=None):
                    "instead of measuring")
     k.add_argument('--markdown', action='store_true', help='also print the error table as '
                    'Markdown (docs/SCALING.md)')
+    k.add_argument('--statistic', default='mean', choices=list(measure.STATISTICS),
+                   help="what one operation took: the mean of nodecomm-bench's timed "
+                   "iterations (its table's time) or their median (default mean)")
     k.add_argument('--timeout', type=int, default=900)
     k.set_defaults(func=cmd_check)
     j = sub.add_parser('project', help='step time and scaling efficiency to many nodes')

@@ -18,12 +18,19 @@ def rate_bytes(text):
     raise ValueError(f"rate {text}: give it as NUMBER gbit|mbit|kbit")
 
 
+# What one operation took, from nodecomm-bench's records: the mean of the timed iterations
+# (time_us), or their median (median_us), which a few descheduled iterations on a shared
+# machine do not move.
+STATISTICS = {'mean': 'time_us', 'median': 'median_us'}
+
+
 class Runner:
-    def __init__(self, build, timeout=600, verbose=True):
+    def __init__(self, build, timeout=600, verbose=True, statistic='mean'):
         self.launch = os.path.join(build, 'bin', 'nodecomm-launch')
         self.bench = os.path.join(build, 'bin', 'nodecomm-bench')
         self.timeout = timeout
         self.verbose = verbose
+        self.key = STATISTICS[statistic]
 
     def _run(self, nodes, ranks, rate, args, daemon_args=()):
         with tempfile.TemporaryDirectory(prefix='scale-model.') as tmp:
@@ -50,7 +57,7 @@ class Runner:
             args += ['--compress', compress]
         if iters:
             args += ['--iters', str(iters)]
-        return [(r['size'], r['time_us'] / 1e6)
+        return [(r['size'], r[self.key] / 1e6)
                 for r in self._run(nodes, ranks, rate, args, daemon_args)]
 
     def collective(self, nodes, ranks, rate, op, sizes, compress='none'):
@@ -58,7 +65,7 @@ class Runner:
         if op == 'allreduce':
             return self.allreduce(nodes, ranks, rate, sizes, compress=compress)
         args = ['--op', op, '--sizes', ','.join(str(s) for s in sizes)]
-        return [(r['size'], r['time_us'] / 1e6) for r in self._run(nodes, ranks, rate, args)]
+        return [(r['size'], r[self.key] / 1e6) for r in self._run(nodes, ranks, rate, args)]
 
     def workload(self, nodes, ranks, rate, workload, scale, steps=3):
         args = ['--workload', workload, '--scale', repr(scale), '--steps', str(steps),
