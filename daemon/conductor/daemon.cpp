@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -245,13 +246,16 @@ void Daemon::check_peers(uint64_t now) {
 void Daemon::check_client_heartbeats(uint64_t now) {
   if (config_.client_timeout_sec <= 0) return;
   const auto timeout_ns = static_cast<uint64_t>(config_.client_timeout_sec * 1e9);
+  // After a pause of this daemon's own (net/peer_silence.hpp) every client gets a full
+  // timeout from now: its clock thread may have been paused with it.
+  if (client_silence_.unobserved(now, timeout_ns / 10) != 0) client_grace_ns_ = now;
   for (auto& [id, client] : clients_) {
     if (client->state() != ClientSession::State::kJoined) continue;
     // relaxed: a timestamp from the client's clock thread; nothing else is read through it.
     const uint64_t beat =
         ipc::load_u64(client->segment().doorbells().client_heartbeat_ns, std::memory_order_relaxed);
     // 0: a library without a heartbeat thread (or none written yet); it is never timed out.
-    if (beat == 0 || now <= beat || now - beat <= timeout_ns) continue;
+    if (beat == 0 || now <= beat || now - std::max(beat, client_grace_ns_) <= timeout_ns) continue;
     drop(*client, fmt::format("sent no heartbeat for {:.1f} s (--client-timeout-sec): the "
                               "process is stopped, frozen or starved of CPU",
                               static_cast<double>(now - beat) / 1e9));

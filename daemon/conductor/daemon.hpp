@@ -20,6 +20,7 @@
 #include "engine/job.hpp"
 #include "engine/staging.hpp"
 #include "net/job_groups.hpp"
+#include "net/peer_silence.hpp"
 #include "net/transport.hpp"
 #include "nodecomm/ipc/idle.hpp"
 #include "nodecomm/ipc/socket.hpp"
@@ -159,6 +160,8 @@ class Daemon {
   std::map<std::string, std::unique_ptr<ServedJob>> jobs_;
   uint64_t last_socket_check_ns_ = 0;
   uint64_t last_heartbeat_ns_ = 0;
+  PeerSilenceClock client_silence_;  // pauses of this daemon, for the clients' heartbeats
+  uint64_t client_grace_ns_ = 0;     // when the last such pause ended
   uint64_t last_network_activity_ = 0;
   uint64_t last_work_ns_ = 0;
   uint64_t last_refusal_log_ns_ = 0;

@@ -46,6 +46,12 @@ void MpiPeerLiveness::post_receive() {
 // NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker)
 std::vector<Transport::LostPeer> MpiPeerLiveness::check(uint64_t now_ns, uint64_t interval_ns,
                                                         uint64_t timeout_ns) {
+  // This daemon's own pauses are not the peers' silence (net/peer_silence.hpp).
+  const uint64_t unobserved = silence_.unobserved(now_ns, interval_ns);
+  if (unobserved != 0) {
+    for (Peer& peer : peers_)
+      peer.last_heard_ns = forgive_unobserved(peer.last_heard_ns, unobserved, now_ns);
+  }
   // Everything that arrived since the last check.
   int done = 0;
   while (receive_ != MPI_REQUEST_NULL &&

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "net/peer_silence.hpp"
 #include "net/transport.hpp"
 
 namespace nodecomm::daemon {
@@ -55,6 +56,7 @@ class MpiPeerLiveness {
   MPI_Request receive_ = MPI_REQUEST_NULL;
   Beat mine_{};
   bool any_lost_ = false;
+  PeerSilenceClock silence_;
 };
 
 }  // namespace nodecomm::daemon
