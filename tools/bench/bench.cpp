@@ -146,7 +146,8 @@ int iterations(int requested, bool explicit_count, size_t bytes, uint64_t budget
 
 namespace {
 
-constexpr size_t kMismatchLines = 10;  // per rank, over the whole run
+constexpr size_t kMismatchLines = 10;               // per rank, over the whole run
+constexpr size_t kMedianSamples = size_t{1} << 16;  // iteration times kept for the median
 
 // Sums `count` doubles over all ranks in place, through the backend's own allreduce (so that
 // nodecomm's figures are averaged by nodecomm), via a scratch buffer from the backend.
@@ -438,26 +439,32 @@ class Runner {
       backend_.sync();
       phase = "timed iteration";
       total = iters;
-      // Each iteration's end too: on a shared machine one descheduled iteration moves the
-      // mean, not the median (the typical operation's time, which tools/scale-model checks).
+      // Iterations' own times too, for the median: on a shared machine one descheduled
+      // iteration moves the mean, not the median (the typical operation's time, which
+      // tools/scale-model checks). Every stride-th of them, at most kMedianSamples: a bench
+      // run until it is killed (--iters 100000000) must not hold one per iteration.
       using Clock = std::chrono::steady_clock;
-      std::vector<Clock::time_point> ends(static_cast<size_t>(iters) + 1);
+      const size_t stride =
+          std::max<size_t>(1, (static_cast<size_t>(iters) + kMedianSamples - 1) / kMedianSamples);
+      std::vector<double> each;
+      each.reserve(std::min(static_cast<size_t>(iters), kMedianSamples));
       // Wall-clock times only for a timeline: other processes' timelines are compared with them.
-      std::vector<double> walls(timeline_.is_open() ? ends.size() : 0);
-      ends[0] = Clock::now();
+      std::vector<double> walls(timeline_.is_open() ? static_cast<size_t>(iters) + 1 : 0);
+      const Clock::time_point start = Clock::now();
+      Clock::time_point last = start;
       if (!walls.empty()) walls[0] = wall_seconds();
       for (index = 0; index < iters; ++index) {
         run_once();
-        ends[static_cast<size_t>(index) + 1] = Clock::now();
+        const Clock::time_point end = Clock::now();
+        if (static_cast<size_t>(index) % stride == 0)
+          each.push_back(std::chrono::duration<double, std::micro>(end - last).count());
+        last = end;
         if (!walls.empty()) walls[static_cast<size_t>(index) + 1] = wall_seconds();
       }
       for (size_t i = 0; i + 1 < walls.size(); ++i)
         timeline_ << fmt::format("{} {} {:.6f} {:.6f}\n", bytes, i, walls[i], walls[i + 1]);
       if (!walls.empty()) timeline_.flush();
-      std::vector<double> each(static_cast<size_t>(iters));
-      for (size_t i = 0; i < each.size(); ++i)
-        each[i] = std::chrono::duration<double, std::micro>(ends[i + 1] - ends[i]).count();
-      const std::chrono::duration<double, std::micro> elapsed = ends.back() - ends.front();
+      const std::chrono::duration<double, std::micro> elapsed = last - start;
       local[0] = elapsed.count() / iters / batch;
       local[2] = median(std::move(each)) / batch;
       phase = "averaging the results over ranks";
