@@ -53,7 +53,7 @@ def cmd_chunks(a, load_params):
     for nodes in a.nodes:
         for ranks in a.ranks:
             times = sweep(runner, nodes, ranks, a.rate, sizes, chunks, a.reps, a.daemon_arg)
-            for size, loss, i in zip(sizes, losses(times, default), range(len(sizes))):
+            for i, (size, loss) in enumerate(zip(sizes, losses(times, default))):
                 row = {'nodes': nodes, 'ranks': ranks, 'rate': a.rate, 'size': size,
                        'daemon_args': a.daemon_arg,
                        'times_s': {label(c): times[c][i] for c in chunks}, **loss}

@@ -314,6 +314,12 @@ def cmd_project(a):
     return 0
 
 
+def add_statistic(parser):
+    parser.add_argument('--statistic', default='mean', choices=list(measure.STATISTICS),
+                        help="what one operation took: the mean of nodecomm-bench's timed "
+                        "iterations (its table's time) or their median (default mean)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog='scale-model', description=__doc__)
     ap.add_argument('--build', default='build', help='build tree (its bin/ programs)')
@@ -329,9 +335,7 @@ def main(argv=None):
                    "codec cost)")
     c.add_argument('--base', default='', help='start from these params (a calibration JSON)')
     c.add_argument('--fit', default='', help='fit only these parameters (comma-separated)')
-    c.add_argument('--statistic', default='mean', choices=list(measure.STATISTICS),
-                   help="what one operation took: the mean of nodecomm-bench's timed "
-                   "iterations (its table's time) or their median (default mean)")
+    add_statistic(c)
     c.add_argument('--timeout', type=int, default=600)
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser('predict', help='predicted times, JSON')
@@ -367,9 +371,7 @@ def main(argv=None):
                    "instead of measuring")
     k.add_argument('--markdown', action='store_true', help='also print the error table as '
                    'Markdown (docs/SCALING.md)')
-    k.add_argument('--statistic', default='mean', choices=list(measure.STATISTICS),
-                   help="what one operation took: the mean of nodecomm-bench's timed "
-                   "iterations (its table's time) or their median (default mean)")
+    add_statistic(k)
     k.add_argument('--timeout', type=int, default=900)
     k.set_defaults(func=cmd_check)
     j = sub.add_parser('project', help='step time and scaling efficiency to many nodes')
