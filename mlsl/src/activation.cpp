@@ -229,7 +229,7 @@ void plan_exchange(ActivationImpl& out, ActivationImpl& in) {
 
 void ActivationImpl::start(void* buf) {
   if (plan.kind == SendPlan::Kind::none && !plan.permute) return;
-  require(buf != nullptr, describe() + ": StartComm needs a buffer");
+  require(buf != nullptr, [&] { return describe() + ": StartComm needs a buffer"; });
   Runtime& rt = Runtime::get();
   auto x = std::make_unique<Exchange>(describe() + " exchange");
   x->set_owner(op);

@@ -80,9 +80,10 @@ void OperationImpl::assign(DistributionImpl* d) {
 }
 
 void OperationImpl::require_distribution(const char* call) const {
-  require(dist != nullptr, std::string(call) + ": operation " + name +
-                               " has no distribution yet (AddOperation with one, or "
-                               "SetDistribution)");
+  require(dist != nullptr, [&] {
+    return std::string(call) + ": operation " + name +
+           " has no distribution yet (AddOperation with one, or SetDistribution)";
+  });
 }
 
 void OperationImpl::settle() {
@@ -232,8 +233,9 @@ size_t Session::GetOperationCount() {
 Operation* Session::GetOperation(size_t idx) {
   return entry("Session::GetOperation", [&]() -> Operation* {
     auto& s = session_self(this);
-    require(idx < s.ops.size(),
-            "operation " + std::to_string(idx) + " of " + std::to_string(s.ops.size()));
+    require(idx < s.ops.size(), [&] {
+      return "operation " + std::to_string(idx) + " of " + std::to_string(s.ops.size());
+    });
     return s.ops[idx].get();
   });
 }
@@ -392,7 +394,7 @@ Activation* Operation::GetInput(size_t idx) {
     auto& op = session_op(this);
     op.require_distribution("GetInput");
     require(idx < op.inputs.size(),
-            "operation " + op.name + " has no input " + std::to_string(idx));
+            [&] { return "operation " + op.name + " has no input " + std::to_string(idx); });
     return op.inputs[idx].get();
   });
 }
@@ -406,7 +408,7 @@ Activation* Operation::GetOutput(size_t idx) {
     auto& op = session_op(this);
     op.require_distribution("GetOutput");
     require(idx < op.outputs.size(),
-            "operation " + op.name + " has no output " + std::to_string(idx));
+            [&] { return "operation " + op.name + " has no output " + std::to_string(idx); });
     return op.outputs[idx].get();
   });
 }
@@ -423,8 +425,9 @@ ParameterSet* Operation::GetParameterSet(size_t idx) {
   return entry("Operation::GetParameterSet", [&]() -> ParameterSet* {
     auto& op = session_op(this);
     op.require_distribution("GetParameterSet");
-    require(idx < op.params.size(),
-            "operation " + op.name + " has no parameter set " + std::to_string(idx));
+    require(idx < op.params.size(), [&] {
+      return "operation " + op.name + " has no parameter set " + std::to_string(idx);
+    });
     return op.params[idx].get();
   });
 }
