@@ -381,11 +381,7 @@ std::string NegotiatedOrder::round_result(Communicator& comm, RoundRecord& out) 
   }
   sched.ready_by_node.assign(nodes, {});
   for (uint32_t n = 0; n < nodes; ++n) {
-    for (size_t i = 0; i < kWindow; ++i) {
-      if (((record(n).ready[i / 64] >> (i % 64)) & 1u) != 0) {
-        sched.ready_by_node[n].insert(sched.floor + i);
-      }
-    }
+    for_each_ready(record(n), [&](size_t i) { sched.ready_by_node[n].insert(sched.floor + i); });
   }
   // In node order, as every node does.
   if (nodes == 1) {
@@ -463,12 +459,9 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
   // Ready on every node, and announced by every node (an announcement a combined record had no
   // room for is made again in a later round).
   std::vector<uint64_t> eligible;
-  for (size_t i = 0; i < kWindow; ++i) {
-    if (((all.ready[i / 64] >> (i % 64)) & 1u) != 0 &&
-        agreed_everywhere(sched, sched.floor + i, lay.node_count)) {
-      eligible.push_back(i);
-    }
-  }
+  for_each_ready(all, [&](size_t i) {
+    if (agreed_everywhere(sched, sched.floor + i, lay.node_count)) eligible.push_back(i);
+  });
   // Nothing moves until every node's ranks are known to have posted the same operation: an
   // eligible operation's announcements were compared in the round that brought the last of
   // them (above), and a disagreement has poisoned the communicator already.

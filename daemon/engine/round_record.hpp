@@ -5,6 +5,7 @@
 // choice in it is decided by node index (the lower lead node's record goes first).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,18 @@ Announcement announce(const OpSummary& summary, uint32_t node);
 // well formed (counts, offsets, seq order, node indices); otherwise what is wrong.
 std::string round_record_problem(const RoundRecord& r, uint32_t node_count);
 const EagerEntry* find_eager(const RoundRecord& r, uint64_t seq);
+
+// Calls f(i) for each window position i ready in `r`, in order. Only the set bits are visited:
+// the window is 1024 seqs and a round typically has a few ready, and scanning every bit was
+// the largest part of a small allreduce's round on the daemon's side.
+template <class F>
+void for_each_ready(const RoundRecord& r, F&& f) {
+  for (size_t w = 0; w < kWindow / 64; ++w) {
+    for (uint64_t bits = r.ready[w]; bits != 0; bits &= bits - 1) {
+      f(w * 64 + static_cast<size_t>(std::countr_zero(bits)));
+    }
+  }
+}
 
 // Reduces `other` into `into` (`bytes` of one operation's eager part, in the wire type); false
 // when this node cannot, as it did not carry that operation: the entry is dropped.
