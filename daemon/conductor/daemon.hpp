@@ -64,8 +64,9 @@ class Daemon {
   std::string status_line();
 
  private:
-  size_t do_work();
-  size_t work_on(ServedJob& served);
+  // One pass over every job; `now`: the pass's clock, read once.
+  size_t do_work(uint64_t now);
+  size_t work_on(ServedJob& served, uint64_t now);
   // The served job a client belongs to, or null.
   ServedJob* served_of(const ClientSession& client);
   // Jobs run one at a time here: the daemon's transport spans several nodes and every job

@@ -12,7 +12,7 @@
 
 namespace nodecomm::daemon {
 
-size_t Daemon::work_on(ServedJob& served) {
+size_t Daemon::work_on(ServedJob& served, uint64_t now) {
   Job& job = served.job();
   Engine& engine = served.engine();
   size_t work = 0;
@@ -21,7 +21,7 @@ size_t Daemon::work_on(ServedJob& served) {
   }
   if (job.state == Job::State::kRunning) work += exchange_notices(served);
   if (job.state == Job::State::kRunning || engine.has_inter_node_work()) {
-    work += engine.poll(job);
+    work += engine.poll(job, now);
     for (ClientSession* member : job.members) {
       if (member != nullptr && !member->violation.empty() &&
           member->state() != ClientSession::State::kClosed) {

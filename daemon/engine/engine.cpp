@@ -34,19 +34,18 @@ std::string who(const Job& job, const ClientSession& member) {
 
 }  // namespace
 
-size_t Engine::poll(Job& job) {
+size_t Engine::poll(Job& job, uint64_t now_ns) {
   transport_.begin_pass();
   staging_.set_owner(job.serial);  // a new job never sees staging another one used
   job.residuals.set_limits(limits_.max_feedback_tensors, limits_.max_feedback_bytes);
   size_t work = 0;
-  const uint64_t now_ns = ipc::monotonic_ns();
   if (now_ns - last_stall_check_ns_ >= 1'000'000'000ull) {
     last_stall_check_ns_ = now_ns;
     check_stalls(job, now_ns);
   }
   for (ClientSession* member : job.members) {
     if (member != nullptr && member->state() == ClientSession::State::kJoined) {
-      work += drain(job, *member);
+      work += drain(job, *member, now_ns);
     }
   }
   for (auto it = job.comms.begin(); it != job.comms.end();) {
@@ -65,13 +64,12 @@ size_t Engine::poll(Job& job) {
   return work;
 }
 
-size_t Engine::drain(Job& job, ClientSession& member) {
+size_t Engine::drain(Job& job, ClientSession& member, uint64_t now) {
   size_t taken = 0;
   // Backpressure: a client that does not read its completions gets no more work taken from
   // its ring, so its submissions fail with NC_ERR_QUEUE_FULL instead of growing the daemon.
   if (member.backlog() >= member.segment().complete_capacity()) return 0;
   proto::OpDescriptor desc;
-  const uint64_t now = ipc::monotonic_ns();
   while (taken < kDrainBatch && member.violation.empty()) {
     const ipc::RingResult r = member.submissions().try_pop(desc);
     if (r == ipc::RingResult::kEmpty) break;

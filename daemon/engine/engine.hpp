@@ -18,6 +18,7 @@
 #include "engine/ordering.hpp"
 #include "engine/staging.hpp"
 #include "net/transport.hpp"
+#include "nodecomm/ipc/clock.hpp"
 
 namespace nodecomm::daemon {
 
@@ -65,8 +66,10 @@ class Engine {
   // Who is told what the engine does (the counters segment); null: nobody.
   void set_observer(EngineObserver* observer) { observer_ = observer; }
 
-  // One pass over a running job: new submissions, then progress. Returns work done.
-  size_t poll(Job& job);
+  // One pass over a running job: new submissions, then progress. Returns work done. `now`: the
+  // caller's clock for this pass (the daemon reads it once per pass for all its jobs).
+  size_t poll(Job& job, uint64_t now);
+  size_t poll(Job& job) { return poll(job, ipc::monotonic_ns()); }
   // A member is gone: every operation still gathering fails for all remaining members and so
   // does everything they submit later. Inter-node operations already started run to the end,
   // because the other daemons are in them too.
@@ -91,7 +94,9 @@ class Engine {
   bool has_inter_node_work() const { return in_flight_.value() > 0; }
 
  private:
-  size_t drain(Job& job, ClientSession& member);
+  // `now`: the pass's clock, read once by poll (a clock read costs 40 ns on some virtual
+  // machines, and a spinning daemon drains every member on every pass).
+  size_t drain(Job& job, ClientSession& member, uint64_t now);
   void accept(Job& job, ClientSession& member, const proto::OpDescriptor& desc, uint64_t now);
   // Ordering (ordering.hpp): one pass over comm by its policy, sequence order or the
   // negotiated scheduler, from the job's tuning (SchedulerTuning::negotiated).
