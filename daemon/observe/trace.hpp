@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/named_shm.hpp"
 #include "nodecomm/proto/counters.hpp"
 
@@ -21,9 +22,7 @@ namespace nodecomm::daemon {
 
 // CLOCK_REALTIME in nanoseconds since the epoch (ipc::monotonic_ns's wall-clock sibling).
 inline uint64_t realtime_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+  return ipc::clock_ns(CLOCK_REALTIME);
 }
 
 // The gid of `group` (a name or a number), -1 when it is empty or names no group: the group

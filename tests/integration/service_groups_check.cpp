@@ -38,6 +38,7 @@
 #include "config/log.hpp"
 #include "net/job_groups.hpp"
 #include "net/transport.hpp"
+#include "nodecomm/ipc/clock.hpp"
 
 namespace {
 
@@ -58,11 +59,7 @@ double wall_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
-uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
+using nodecomm::ipc::monotonic_ns;
 
 std::string g_label;
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "nodecomm/ipc/clock.hpp"
 #include "nodecomm/ipc/daemon_identity.hpp"
 #include "nodecomm/ipc/fixed_text.hpp"
 #include "nodecomm/ipc/named_shm.hpp"
@@ -24,12 +25,6 @@
 namespace nodecomm::ctl {
 
 namespace {
-
-uint64_t clock_ns(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // Maps a shared-memory object read-only, all of it.
 ipc::NamedShm map_readonly(const std::string& name) {
@@ -56,10 +51,10 @@ void copy_words(T& out, const T& shared) {
 }  // namespace
 
 uint64_t monotonic_now_ns() {
-  return clock_ns(CLOCK_MONOTONIC);
+  return ipc::monotonic_ns();
 }
 uint64_t realtime_now_ns() {
-  return clock_ns(CLOCK_REALTIME);
+  return ipc::clock_ns(CLOCK_REALTIME);
 }
 
 // How long a reader waits for a section the daemon is rewriting, and how many spins it makes
