@@ -7,6 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build}
+# hwloc's GL component opens X displays :0, :1, ... in every process that loads a topology
+# (mpirun, orted, MPI_Init), resolving a host name for each; on a bare system without
+# /etc/hosts each lookup goes to DNS and a lost answer costs 5 s, which made the suite minutes
+# longer there. nodecomm-launch and nodecommd set this themselves; the tests that run mpirun
+# directly get it from here.
+export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl}
 # Ninja for a new build directory (an existing one keeps its generator): it compiles a target's
 # sources while the libraries below it still build, which make does not.
 command -v ninja >/dev/null 2>&1 && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}

@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   // leave small messages sitting in the socket for many sleeps: poll the sockets every call.
   // (0 is not the same: it hangs MPI_Init.) An explicit setting still wins.
   setenv("OMPI_MCA_mpi_event_tick_rate", "1", /*overwrite=*/0);
+  // MPI_Init and the daemon's own topology load hwloc; its GL component probes X displays
+  // :0, :1, ..., each with a host name lookup that on a system without /etc/hosts goes to DNS
+  // (5 s per lost answer). The daemon has no use for GPUs as hwloc objects.
+  setenv("HWLOC_COMPONENTS", "-gl", /*overwrite=*/0);
   mallopt(M_TRIM_THRESHOLD, INT32_MAX);
   // Short parks while the network is busy are only short with a small timer slack.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);

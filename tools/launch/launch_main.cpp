@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <utility>
 
 #include "launcher.hpp"
@@ -28,6 +30,12 @@ void ensure_standard_fds() {
 
 int main(int argc, char** argv) {
   ensure_standard_fds();
+  // hwloc's GL component (libhwloc-plugins) opens X displays :0, :1, ... to look for GPUs,
+  // resolving a host name for each; where /etc/hosts is missing (a bare root) every lookup
+  // goes to DNS, and a lost answer costs 5 s. mpirun, every orted, daemon and MPI rank load a
+  // topology, so a launch took 5-20 s longer there. Nothing here needs GPUs as hwloc objects.
+  // An explicit setting still wins.
+  setenv("HWLOC_COMPONENTS", "-gl", /*overwrite=*/0);
   auto parsed = nodecomm::launch::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   if (parsed.options->service != nodecomm::launch::ServiceAction::kNone) {
