@@ -54,9 +54,7 @@ constexpr size_t kBytes = 4099;  // bytes per point-to-point message
 constexpr auto kRoundPause = std::chrono::milliseconds(30);
 
 double wall_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  return static_cast<double>(nodecomm::ipc::clock_ns(CLOCK_REALTIME)) / 1e9;
 }
 
 using nodecomm::ipc::monotonic_ns;
