@@ -24,8 +24,10 @@
 namespace nodecomm::daemon {
 
 // Picks the algorithm for `bytes` on `nodes` nodes (kAuto is resolved, never returned).
-AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t bytes,
-                                        uint32_t nodes);
+// `link_loaded`: the daemons agreed that other transfers are still on the network (the round's
+// RoundRecord::staying), where auto takes the ring at every size on up to kLoadedRingMaxNodes.
+AllreduceAlgorithmKind choose_allreduce(const AlgorithmTuning& tuning, size_t bytes, uint32_t nodes,
+                                        bool link_loaded = false);
 
 struct AllreduceSpec {
   void* buffer = nullptr;

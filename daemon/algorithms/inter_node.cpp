@@ -90,7 +90,8 @@ int InterNode::next_exchange_tag_base(NodeComm comm, const PointToPoint& net) {
 
 TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t count,
                                            proto::DType dtype, proto::RedOp op,
-                                           proto::Compression wire, const AllreduceHooks& hooks) {
+                                           proto::Compression wire, const AllreduceHooks& hooks,
+                                           bool link_loaded) {
   PointToPoint& p2p = net_.p2p(comm);
   const AllreduceSpec spec{buffer, count, dtype, op, wire};
   const size_t bytes = count * proto::dtype_size(dtype);
@@ -106,7 +107,7 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
   // Compressed data goes around the ring, the only algorithm that re-encodes per step.
   AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
                                     ? AllreduceAlgorithmKind::kRing
-                                    : choose_allreduce(tuning_, bytes, p2p.size());
+                                    : choose_allreduce(tuning_, bytes, p2p.size(), link_loaded);
   // Recursive doubling sends the whole buffer as one message and the native allreduce takes
   // at most max_count() elements (MPI's int): beyond that the ring, whose slices stay far
   // below it, carries the operation.

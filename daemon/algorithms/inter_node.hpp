@@ -35,9 +35,10 @@ class InterNode {
   // tuning picks (the ring whenever `wire` compresses, see AllreduceSpec::wire). hooks.prepare
   // runs for every range before it is read and hooks.done once a range holds the result (see
   // allreduce_algorithms.hpp).
+  // `link_loaded`: see choose_allreduce; every node must pass the same.
   TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                   proto::RedOp op, proto::Compression wire,
-                                  const AllreduceHooks& hooks);
+                                  const AllreduceHooks& hooks, bool link_loaded = false);
   // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: one
   // message to and from each peer, the least latency there is (the scheduler's rounds, the
   // operation summaries). Exchanges are a stream of their own, with tags apart from the

@@ -38,6 +38,11 @@ inline constexpr size_t kAutoSmallBytes = std::numeric_limits<size_t>::max();
 // over the projected fabrics and workloads at 8-4096 nodes loses least with this cap
 // (`tools/scale-model switch --steps`, docs/SCALING.md).
 inline constexpr size_t kMaxAutoSwitchBytes = size_t{256} * 1024;
+// Auto takes the ring at every size while the round finds other transfers on the network, on
+// up to this many nodes (choose_allreduce): measured on 4 and 8. Beyond, the ring's 2 (N - 1)
+// steps per operation would outweigh what recursive doubling's few steps wait behind the queue
+// (about --sched-target-us each), and that is not measured.
+inline constexpr uint32_t kLoadedRingMaxNodes = 8;
 // Under --small-bytes auto, the other collectives' switch to the native ones (as before the
 // model drove allreduce's).
 inline constexpr size_t kAutoCollectiveSmallBytes = size_t{64} * 1024;

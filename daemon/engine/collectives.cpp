@@ -453,17 +453,19 @@ AllreduceWire allreduce_wire(const CommLayout& lay, const Operation& op) {
 }
 
 TransportHandle start_allreduce_chunk(CollectiveContext& ctx, Operation& op, size_t first,
-                                      size_t count, StagingPool::Buffer& scratch) {
+                                      size_t count, StagingPool::Buffer& scratch,
+                                      bool link_loaded) {
   const CommLayout& lay = ctx.comm.layout();
   const Shape s = shape_of(lay, op);
   auto* base = static_cast<uint8_t*>(op.staging.data);
-  return ctx.transport.start_allreduce(lay.node_comm, base + first * s.wire_elem, count, s.wire,
-                                       s.op, s.compression,
-                                       allreduce_hooks(ctx, op, s, base, first, &scratch));
+  return ctx.transport.start_allreduce(
+      lay.node_comm, base + first * s.wire_elem, count, s.wire, s.op, s.compression,
+      allreduce_hooks(ctx, op, s, base, first, &scratch), link_loaded);
 }
 
 TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
-                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch) {
+                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch,
+                                      bool link_loaded) {
   const CommLayout& lay = ctx.comm.layout();
   const Shape first_shape = shape_of(lay, *parts.front().op);
   size_t total = 0;
@@ -494,7 +496,7 @@ TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<
   };
   hooks.scratch = scratch_in(ctx.staging, &scratch);
   return ctx.transport.start_allreduce(lay.node_comm, base, total, first_shape.wire, first_shape.op,
-                                       first_shape.compression, hooks);
+                                       first_shape.compression, hooks, link_loaded);
 }
 
 size_t eager_allreduce_bytes(const CommLayout& lay, const Operation& op, size_t limit) {

@@ -40,9 +40,11 @@ struct AllreduceWire {
 };
 AllreduceWire allreduce_wire(const CommLayout& lay, const Operation& op);
 // Elements [first, first + count) of the operation, as one transport allreduce whose scratch
-// lives in `scratch` (the caller releases it once the transfer is complete).
+// lives in `scratch` (the caller releases it once the transfer is complete). `link_loaded`:
+// the round's agreement that the network is busy (choose_allreduce).
 TransportHandle start_allreduce_chunk(CollectiveContext& ctx, Operation& op, size_t first,
-                                      size_t count, StagingPool::Buffer& scratch);
+                                      size_t count, StagingPool::Buffer& scratch,
+                                      bool link_loaded = false);
 // Whole allreduces with the same AllreduceWire, packed at element `offset` of `buffer`, as
 // one transfer. Each part is reduced into the buffer now and delivered as its range finishes.
 struct FusedPart {
@@ -50,7 +52,8 @@ struct FusedPart {
   size_t offset;
 };
 TransportHandle start_allreduce_fused(CollectiveContext& ctx, const std::vector<FusedPart>& parts,
-                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch);
+                                      StagingPool::Buffer& buffer, StagingPool::Buffer& scratch,
+                                      bool link_loaded = false);
 // Small allreduces carried inside a scheduling round (wire_formats.hpp, EagerEntry). The bytes
 // of op's part in the wire type, or 0 when it cannot go that way (compressed, empty, more
 // than `limit`).

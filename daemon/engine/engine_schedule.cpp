@@ -255,6 +255,7 @@ void NegotiatedOrder::start_round(Job& job, Communicator& comm, const SchedulerT
   // The room the window will have when the plan arrives: the round overlaps transfers.
   const size_t staying = sched.bytes_in_flight.value() - sched.drained_during_round(window);
   mine.room = window - std::min(window, staying);
+  mine.staying = staying;
   mine.algorithm = agreed_algorithm(engine_.algorithm_);
   std::vector<uint8_t> eager;  // the eager parts, placed after the announcements at the end
   std::vector<std::pair<uint64_t, EagerReduction>> eager_kinds;
@@ -590,6 +591,7 @@ void NegotiatedOrder::apply_round(Job& job, Communicator& comm) {
     if (unit.kind == ScheduledUnit::Kind::kChunk && !unit.offsets.empty()) {
       unit.offsets.clear();  // a fusion candidate that found no partner: a whole-op chunk
     }
+    unit.link_loaded = all.staying > 0;  // agreed: the combined record's
     start_unit(job, comm, std::move(unit));
   }
   for (const uint64_t seq : refused_seqs) sched.mark_scheduled(seq);
@@ -637,7 +639,8 @@ void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit uni
         if (op.phase == Operation::Phase::kReady) op.phase = Operation::Phase::kInterNode;
         op.scheduled_elems = unit.first + unit.count;
         if (op.scheduled_elems == op.first().count) sched.mark_scheduled(op.seq);
-        unit.handle = start_allreduce_chunk(ctx, op, unit.first, unit.count, unit.scratch);
+        unit.handle =
+            start_allreduce_chunk(ctx, op, unit.first, unit.count, unit.scratch, unit.link_loaded);
         break;
       }
       case ScheduledUnit::Kind::kFused: {
@@ -649,7 +652,8 @@ void NegotiatedOrder::start_unit(Job& job, Communicator& comm, ScheduledUnit uni
           sched.mark_scheduled(op.seq);
           parts.push_back({&op, unit.offsets[k]});
         }
-        unit.handle = start_allreduce_fused(ctx, parts, unit.buffer, unit.scratch);
+        unit.handle =
+            start_allreduce_fused(ctx, parts, unit.buffer, unit.scratch, unit.link_loaded);
         break;
       }
       case ScheduledUnit::Kind::kInt8:

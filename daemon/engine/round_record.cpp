@@ -171,6 +171,7 @@ void merge_round_records(const RoundRecord& a, const RoundRecord& b, RoundRecord
   out.fusion_threshold = lo.fusion_threshold;
   out.chunk_bytes = lo.chunk_bytes;
   out.room = std::min(a.room, b.room);
+  out.staying = std::max(a.staying, b.staying);
   out.algorithm = lo.algorithm;
   // Announcements: both lists are in seq order; the lowest seqs are kept. A node whose
   // announcement does not survive sees its seq missing from the result and announces again.

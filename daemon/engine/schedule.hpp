@@ -44,6 +44,7 @@ struct ScheduledUnit {
   size_t first = 0;             // kChunk: element range of the operation
   size_t count = 0;
   size_t bytes = 0;             // on the network, for the window
+  bool link_loaded = false;     // kChunk, kFused: the round found bytes on the network
   StagingPool::Buffer buffer;   // kFused: the packed operations; kInt8: every node's blocks
   StagingPool::Buffer scratch;  // the algorithm's scratch
   InFlightToken on_network;     // one transfer in the engine's in-flight work, while started

@@ -121,6 +121,9 @@ struct RoundRecord {
   uint64_t fusion_threshold;
   uint64_t chunk_bytes;
   uint64_t room;  // window bytes free, the least over the nodes: the round hands out that much
+  // Bytes a node still has on the network when the plan arrives, the most over the nodes:
+  // where any, the link is loaded and the plan's allreduces take the ring (choose_allreduce).
+  uint64_t staying;
   uint32_t announced;
   uint32_t eager;             // entries of eager_ops in use, by seq
   AgreedAlgorithm algorithm;  // inter-node algorithm settings; node 0's apply (see AgreedAlgorithm)

@@ -61,6 +61,7 @@ class Model(unittest.TestCase):
         self.assertEqual(value(r'constexpr size_t kMaxEagerBytes'), t.eager_bytes)
         self.assertEqual(value(r'constexpr size_t kMaxAutoSwitchBytes'), t.max_auto_switch)
         self.assertEqual(value(r'constexpr uint32_t kDefaultGatherNodes'), t.gather_nodes)
+        self.assertEqual(value(r'constexpr uint32_t kLoadedRingMaxNodes'), t.loaded_ring_nodes)
         algorithms = text[text.index('struct AlgorithmTuning'):]
         text = algorithms[:algorithms.index('};')]
         self.assertEqual(value(r'size_t latency_bytes'), t.latency_bytes)

@@ -169,6 +169,13 @@ TEST(AllreduceAlgorithms, AutoPicksRecursiveDoublingOnlyForSmallMessagesOnThreeN
   EXPECT_EQ(choose_allreduce(t, 1024, 3), AllreduceAlgorithmKind::kRecursiveDoubling);
   EXPECT_EQ(choose_allreduce(t, 1025, 4), AllreduceAlgorithmKind::kRing);
   EXPECT_EQ(choose_allreduce(t, 8, 2), AllreduceAlgorithmKind::kRing);
+  // Other transfers on the network: their queue would hold every recursive-doubling step.
+  EXPECT_EQ(choose_allreduce(t, 8, 4, true), AllreduceAlgorithmKind::kRing);
+  EXPECT_EQ(choose_allreduce(t, 1024, 3, true), AllreduceAlgorithmKind::kRing);
+  EXPECT_EQ(choose_allreduce(t, 8, kLoadedRingMaxNodes + 1, true),
+            AllreduceAlgorithmKind::kRecursiveDoubling);     // the ring's steps would cost more
+  t.allreduce = AllreduceAlgorithmKind::kRecursiveDoubling;  // asked for: taken regardless
+  EXPECT_EQ(choose_allreduce(t, 8, 4, true), AllreduceAlgorithmKind::kRecursiveDoubling);
   t.allreduce = AllreduceAlgorithmKind::kMpi;
   EXPECT_EQ(choose_allreduce(t, 8, 4), AllreduceAlgorithmKind::kMpi);
   EXPECT_EQ(parse_algorithm("recursive-doubling"), AllreduceAlgorithmKind::kRecursiveDoubling);

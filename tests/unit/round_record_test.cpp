@@ -136,6 +136,7 @@ RoundRecord random_record(uint32_t node, std::mt19937& rng,
   RoundRecord r = own_record(node);
   for (auto& word : r.ready) word = rng() | (uint64_t{rng()} << 32) | 0x3F;  // seqs 1..6 ready
   r.room = 1000 + rng() % 1000;
+  r.staying = rng() % 3 == 0 ? 0 : rng() % 5000;
   r.chunk_bytes = 100 + node;  // the lead's wins
   for (uint64_t seq = 1; seq <= 40; ++seq) {
     OpSummary s = summary(seq, node == 2 && seq == 9 ? 5 : 4);
@@ -170,6 +171,7 @@ TEST(RoundRecordMerge, SameBitsWhicheverComesFirst) {
       EXPECT_EQ(ab->lead_node, std::min(a, b));
       EXPECT_EQ(ab->chunk_bytes, 100u + std::min(a, b));
       EXPECT_EQ(ab->room, std::min(x.room, y.room));
+      EXPECT_EQ(ab->staying, std::max(x.staying, y.staying));
       for (size_t w = 0; w < kWindow / 64; ++w) EXPECT_EQ(ab->ready[w], x.ready[w] & y.ready[w]);
       // Eager parts survive only where both carried them.
       for (uint64_t seq = 1; seq <= 6; ++seq) {
@@ -288,8 +290,13 @@ void combine_on(uint32_t nodes, uint32_t seed) {
   EXPECT_EQ(all->lead_node, 0u);
   EXPECT_EQ(all->chunk_bytes, 100u);
   uint64_t room = UINT64_MAX;
-  for (const RoundRecord& r : own) room = std::min(room, r.room);
+  uint64_t staying = 0;
+  for (const RoundRecord& r : own) {
+    room = std::min(room, r.room);
+    staying = std::max(staying, r.staying);
+  }
   EXPECT_EQ(all->room, room);
+  EXPECT_EQ(all->staying, staying);
   for (size_t w = 0; w < kWindow / 64; ++w) {
     uint64_t ready = ~uint64_t{0};
     for (const RoundRecord& r : own) ready &= r.ready[w];

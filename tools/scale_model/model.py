@@ -63,6 +63,8 @@ class Tuning:
     halving: bool = False            # what if: halving-doubling instead of the ring (not built)
     slice_bytes: int = 512 * KIB     # AlgorithmTuning::chunk_bytes: the ring's slices
     gather_nodes: int = 8            # kDefaultGatherNodes: all-to-all rounds up to this
+    loaded_ring_nodes: int = 8       # kLoadedRingMaxNodes: the ring at every size on a loaded
+                                     # link up to this (workload.py)
     target_us: int = 2000            # SchedulerTuning::target_delay_us: the window's link time
 
 
@@ -147,17 +149,19 @@ def collective_switch_bytes(t: Tuning):
     return 64 * KIB if t.small_bytes is None else t.small_bytes
 
 
-def algorithm(t: Tuning, size, nodes, compress='none'):
+def algorithm(t: Tuning, size, nodes, compress='none', loaded=False):
     """Which path an allreduce of `size` bytes takes on `nodes` nodes (inter_node.cpp). A
     compressed one is never eager and always takes the ring, the only algorithm that
-    re-encodes per step."""
+    re-encodes per step. `loaded`: other transfers are on the network (in a training step),
+    where the daemon takes the ring on up to loaded_ring_nodes (choose_allreduce)."""
     if nodes <= 1:
         return 'local'
     if compress != 'none':
         return 'ring'
     if size <= t.eager_bytes:
         return 'eager'
-    if nodes > 2 and size <= switch_bytes(t, nodes):
+    if nodes > 2 and size <= switch_bytes(t, nodes) and not (loaded and
+                                                            nodes <= t.loaded_ring_nodes):
         return 'recursive_doubling'
     return 'ring'
 
@@ -203,7 +207,8 @@ def codec_time(p: Params, size, nodes, compress):
     return per_byte * size * 2 * (nodes - 1) / nodes * max(1.0, nodes / p.cores)
 
 
-def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none'):
+def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='none',
+                    loaded=False):
     """The terms of one allreduce, seconds each: a dict with 'total'. `compress`: the wire
     type of an f32 allreduce (nodecomm-bench --compress): the wire carries its bytes, and the
     transfer goes no faster than the daemons encode and decode ('codec', codec_time)."""
@@ -217,7 +222,7 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         'latency': 0.0,
         'wire': 0.0,
         'codec': codec_time(p, size, nodes, compress),
-        'algorithm': algorithm(t, size, nodes, compress),
+        'algorithm': algorithm(t, size, nodes, compress, loaded),
     }
     alg = parts['algorithm']
     if alg == 'recursive_doubling':

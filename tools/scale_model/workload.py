@@ -48,7 +48,8 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
     for i, (_, elements, compute_us) in enumerate(layers):
         if compute:
             now += compute_us / 1e6
-        parts = allreduce_parts(p, t, elements * 4, nodes, ranks, rate)
+        # The link is busy for most of a step: the daemons' loaded-link choice.
+        parts = allreduce_parts(p, t, elements * 4, nodes, ranks, rate, loaded=True)
         round_s = parts['round']
         # No token-bucket credit: in a step the link is kept busy by the other operations, so
         # the bucket does not refill during one operation's fixed costs.
