@@ -19,7 +19,8 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
                 exchanges and, beyond a power of two p, the result it sends back), steps =
                 log2 p + 2 [N != p]
                 else the ring: 2 (N - 1) alpha_m + 2 (N - 1) / N * S * beta (its slices
-                pipeline, so the first slice's way around is hidden)
+                pipeline, so the first slice's way around is hidden); in a training step
+                (loaded) the ring at every size on up to loaded_ring_nodes, as the daemon
 
   beta = 1 / (eta * rate): the link's rate in bytes per second times what of it TCP and the
   shaping leave (eta); the local part overlaps the wire part range by range, so the larger of
@@ -38,9 +39,10 @@ On the development machine every simulated node's processes share 2 cores; the l
 - cores) / cores where that is positive: each hand-off and message may wait for a time slice.
 A rank counts rank_weight of a daemon (it is parked while the daemons exchange a round's
 records and a step's messages), and the waits grow faster than the processes
-(contention_power > 1): each of the N daemons' messages waits behind the others' (on
-2026-12-06, fitted: 1.1, 1.25 and 0.15). On a real node, with the daemon on dedicated cores,
-the factor is 1.
+(contention_power > 1): each of the N daemons' messages waits behind the others' (fitted on
+2026-12-06: 1.12, 1.25 and 0.15). The ring's steps wait only where their transfer does not
+cover the wait (step_latency). On a real node, with the daemon on dedicated cores, the factor
+is 1.
 
 The share of the link large transfers reach falls with the node count (more daemons' TCP
 streams through the simulated switch, more ring steps to keep in step): eta(N) = eta -
