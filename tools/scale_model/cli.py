@@ -70,11 +70,8 @@ def cmd_calibrate(a):
         points = (codec_points(runner, a.rate, a.reps, a.compress) if a.compress
                   else calibration_points(runner, a.rate, a.reps))
     base = load_params(a.base) if a.base else None
-    if a.fit:
-        names = a.fit.split(',')
-        params, rms = fit.calibrate(points, base=base, names=names)
-    elif a.compress:
-        names = fit.FITTED
+    if a.fit or a.compress:
+        names = a.fit.split(',') if a.fit else fit.FITTED
         params, rms = fit.calibrate(points, base=base, names=names)
     else:
         names = fit.LOCAL + fit.NETWORK + ('contention_power', 'rank_weight')

@@ -63,6 +63,15 @@ def _params(base: Params, names, logs):
     return Params.from_json(d)
 
 
+def mean_square_log_error(p, tuning, points):
+    """The fit's objective: the mean of log(predicted / measured) squared over `points`."""
+    total = 0.0
+    for size, nodes, ranks, rate, seconds, *compress in points:
+        pred = allreduce_time(p, tuning, size, nodes, ranks, rate, *compress)
+        total += math.log(max(pred, 1e-12) / seconds) ** 2
+    return total / len(points)
+
+
 def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
     """points: [(size, nodes, ranks, rate_bytes_per_s or None, seconds[, compress])]. Returns
     (Params, rms of log errors)."""
@@ -75,12 +84,7 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
     names = [n for n in names if n not in CODEC_PARAM.values() or measured_with(n)]
 
     def cost(logs):
-        p = _params(base, names, logs)
-        total = 0.0
-        for size, nodes, ranks, rate, seconds, *compress in points:
-            pred = allreduce_time(p, tuning, size, nodes, ranks, rate, *compress)
-            total += math.log(max(pred, 1e-12) / seconds) ** 2
-        return total / len(points)
+        return mean_square_log_error(_params(base, names, logs), tuning, points)
 
     # Start every parameter inside its bounds (contention's default, 0, is not).
     x = [math.log(max(getattr(base, n), BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
@@ -143,10 +147,8 @@ def calibrate_staged(points, base=None, tuning=None):
             if best is None or rms < best[1]:
                 best = (p, rms)
     p = best[0]
-    total = sum(math.log(allreduce_time(p, tuning, *pt[:4], *pt[5:]) / pt[4]) ** 2
-                for pt in points)
     p.source = dict(base.source)
     p.source['fit'] = (f"staged least squares on log time: {', '.join(LOCAL)} over "
                        f"{len(one)} 1-node points, then {', '.join(NETWORK)}, contention_power "
                        f"and rank_weight over {len(many)} points of 2 nodes or more")
-    return p, math.sqrt(total / len(points))
+    return p, math.sqrt(mean_square_log_error(p, tuning, points))

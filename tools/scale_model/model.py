@@ -242,10 +242,10 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         parts['wire'] = (2 * (p2 - 1) / p2 + (2 if extra else 0)) * size * beta
     elif alg == 'ring':
         parts['wire'] = 2 * (nodes - 1) / nodes * size * beta
-        unit, _ = sched_units(t, nodes, link_beta(p, nodes, rate))
+        link = link_beta(p, nodes, rate)  # the scheduler's units count uncompressed bytes
+        unit, _ = sched_units(t, nodes, link)
         step = step_latency(p, k, min(size, unit) / nodes * beta)
-        parts['latency'] = ring_latency(t, size, nodes, step, parts['wire'],
-                                        link_beta(p, nodes, rate))
+        parts['latency'] = ring_latency(t, size, nodes, step, parts['wire'], link)
     return with_total(p, parts, beta)
 
 
