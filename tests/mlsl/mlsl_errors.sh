@@ -27,7 +27,9 @@ check() {
     echo "mlsl_errors: FAILED: --mode $mode on $layout timed out or was killed (status $status)"
     echo "$out" | tail -20 | sed 's/^/    /'
     failed=1
-  elif ! echo "$out" | grep -Eq -- "$pattern"; then
+  # A here-string, not `echo | grep -q`: grep -q leaves at the first match, and under pipefail
+  # the echo's SIGPIPE failed the pipeline (seen once in the fresh-machine check, 2026-12-06).
+  elif ! grep -Eq -- "$pattern" <<<"$out"; then
     echo "mlsl_errors: FAILED: --mode $mode on $layout exited $status without /$pattern/:"
     echo "$out" | tail -20 | sed 's/^/    /'
     failed=1
