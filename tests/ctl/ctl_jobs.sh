@@ -108,7 +108,7 @@ ctl status >"$work/status.txt" || fail "status exit $?"
   pass "status: a job line each, a's first" || fail "status: $(cat "$work/status.txt")"
 [ "$(ctl status --json | json '(d["job"]["name"], sorted(j["name"] for j in d["jobs"]))')" = "('a', ['a', 'b'])" ] &&
   pass "status --json: job (the oldest) and jobs" || fail "status --json: $(ctl status --json)"
-[ "$(ctl status --job b | grep -c "^job ")" -eq 1 ] && ctl status --job b | grep -q "^job        'b' running" &&
+[ "$(ctl status --job b | grep -c "^job ")" -eq 1 ] && grep -q "^job        'b' running" <<<"$(ctl status --job b)" &&
   pass "status --job b: b's line only" || fail "status --job b: $(ctl status --job b)"
 
 # 4. metrics

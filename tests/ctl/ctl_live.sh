@@ -59,12 +59,12 @@ pass "job running on $I0 and $I1"
 "$CTL" list --json >"$work/list.json" || fail "list exit $?"
 [ "$(json "sorted(i['instance'] for i in d if i.get('job') == 'launch-$lp' and i['state'] == 'running')" <"$work/list.json")" = "['$I0', '$I1']" ] &&
   pass "list shows both daemons running the job" || fail "list: $(cat "$work/list.json")"
-"$CTL" list | grep -q "^$I0 .*running" && pass "list (text)" || fail "list text: $("$CTL" list)"
+grep -q "^$I0 .*running" <<<"$("$CTL" list)" && pass "list (text)" || fail "list text: $("$CTL" list)"
 
 "$CTL" status --instance "$I0" --json >"$work/status.json" || fail "status exit $?"
 [ "$(json '(d["state"], d["job"]["state"], d["job"]["world_size"], d["job"]["node_count"], d["job"]["attached"], d["clients"])' <"$work/status.json")" = "('running', 'running', 4, 2, 2, 2)" ] &&
   pass "status: running job, 4 ranks on 2 nodes, 2 attached here" || fail "status: $(cat "$work/status.json")"
-"$CTL" status --instance "$I0" | grep -q "^job .*'launch-$lp' running: 4 ranks on 2 nodes" &&
+grep -q "^job .*'launch-$lp' running: 4 ranks on 2 nodes" <<<"$("$CTL" status --instance "$I0")" &&
   pass "status (text)" || fail "status text: $("$CTL" status --instance "$I0")"
 [ "$(json 'd["heartbeat_age_s"] < 2 and d["last_progress_age_s"] < 2' <"$work/status.json")" = True ] &&
   pass "heartbeat and last progress are recent" || fail "liveness: $(cat "$work/status.json")"
@@ -123,7 +123,7 @@ python3 -c "import sys; sys.exit(0 if float('$after') >= 2 * float('$before') el
   fail "node 1's chunk-size changed"
 [ "$("$CTL" counters --instance "$I0" --json | json 'd["collectives"]["allreduce"]["errors"]')" = 0 ] &&
   pass "no allreduce failed across the change" || fail "allreduces failed after the change"
-"$CTL" get --instance "$I0" | grep -qx "chunk-size = 64K" && pass "get (all settings)" || fail "get"
+grep -qx "chunk-size = 64K" <<<"$("$CTL" get --instance "$I0")" && pass "get (all settings)" || fail "get"
 # The model's switch (small-bytes auto) follows node 0's latency-bytes on both nodes.
 [ "$("$CTL" get small-bytes --instance "$I1")" = auto ] && pass "small-bytes auto by default" ||
   fail "small-bytes is not auto by default"
@@ -146,13 +146,13 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
   rc=$?
   # Refused before it reaches the daemon: nodecommctl finds the socket in the counters, which
   # uid 65534 may not read (0600).
-  [ "$rc" -eq 1 ] && echo "$err" | grep -q "^nodecommctl: permission denied reading /dev/shm/nodecomm.$I0.counters" &&
+  [ "$rc" -eq 1 ] && grep -q "^nodecommctl: permission denied reading /dev/shm/nodecomm.$I0.counters" <<<"$err" &&
     pass "set refused for uid 65534: $err" || fail "set as nobody: exit $rc: $err"
   [ "$("$CTL" get chunk-size --instance "$I0")" = 64K ] && pass "the refused set changed nothing" ||
     fail "the refused set changed chunk-size"
   # The counters name other users' jobs: 0600 without an admin-group (issue 16, point 7).
   err=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$OCTL" status --instance "$I0" 2>&1 >/dev/null)
-  [ $? -eq 1 ] && echo "$err" | grep -q "permission denied reading /dev/shm/nodecomm.$I0.counters" &&
+  [ $? -eq 1 ] && grep -q "permission denied reading /dev/shm/nodecomm.$I0.counters" <<<"$err" &&
     pass "status refused for uid 65534 (counters are 0600): $err" || fail "status as nobody: $err"
   # admin-group: a member (primary group, or supplementary via SO_PEERGROUPS) may set.
   if getent group nogroup >/dev/null; then
@@ -170,7 +170,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
     as_member status >/dev/null && pass "admin-group member may read the counters (0640)" ||
       fail "admin-group member cannot read the counters"
     err=$(as_other set log-level info 2>&1)
-    [ $? -eq 1 ] && echo "$err" | grep -q "permission denied reading /dev/shm/nodecomm.ctl-admin-$$.counters" &&
+    [ $? -eq 1 ] && grep -q "permission denied reading /dev/shm/nodecomm.ctl-admin-$$.counters" <<<"$err" &&
       pass "non-member refused (cannot read the 0640 counters)" || fail "non-member: $err"
     kill -TERM "$admin_pid"
     wait "$admin_pid"
@@ -180,19 +180,19 @@ else
 fi
 err=$("$CTL" set chunk-size 12Q --instance "$I0" 2>&1)
 rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "chunk-size: bad value '12Q': expected a size" &&
+[ "$rc" -eq 1 ] && grep -q "chunk-size: bad value '12Q': expected a size" <<<"$err" &&
   pass "bad value refused: $err" || fail "bad value: exit $rc: $err"
 err=$("$CTL" set lanes 8 --instance "$I0" 2>&1)
 rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "needs a restart" && pass "restart-only key refused" ||
+[ "$rc" -eq 1 ] && grep -q "needs a restart" <<<"$err" && pass "restart-only key refused" ||
   fail "lanes: exit $rc: $err"
 err=$("$CTL" set chunk-size 2>&1)
 rc=$?
-[ "$rc" -eq 2 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && echo "$err" | grep -q "^nodecommctl: " &&
+[ "$rc" -eq 2 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] && grep -q "^nodecommctl: " <<<"$err" &&
   pass "usage error exits 2 with one line" || fail "usage: exit $rc: $err"
 err=$("$CTL" status --instance no-such-instance 2>&1)
 rc=$?
-[ "$rc" -eq 1 ] && echo "$err" | grep -q "^nodecommctl: instance 'no-such-instance' is not running" &&
+[ "$rc" -eq 1 ] && grep -q "^nodecommctl: instance 'no-such-instance' is not running" <<<"$err" &&
   pass "missing daemon exits 1" || fail "missing daemon: exit $rc: $err"
 
 # 4. Prometheus text format.
@@ -208,7 +208,7 @@ grep -q "^nodecomm_op_latency_seconds_bucket{instance=\"$I0\",node=\"0\",collect
 ops_before=$("$CTL" status --instance "$I0" --json | json 'd["ops_completed"]')
 "$CTL" trace start --instance "$I0" && pass "trace start" || fail "trace start"
 err=$("$CTL" trace start --instance "$I0" 2>&1)
-[ $? -eq 1 ] && echo "$err" | grep -q "already being recorded" && pass "a second trace start is refused" ||
+[ $? -eq 1 ] && grep -q "already being recorded" <<<"$err" && pass "a second trace start is refused" ||
   fail "second trace start: $err"
 sleep 2
 "$CTL" trace stop "$work/trace.json" --instance "$I0" && pass "trace stop" || fail "trace stop"

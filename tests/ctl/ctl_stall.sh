@@ -50,7 +50,7 @@ if [ "$seen" -eq 1 ]; then
       pass "status without --instance picks the only instance running" ||
       fail "status without --instance: $(env -u NODECOMM_INSTANCE "$CTL" status 2>&1 | head -1)"
   fi
-  "$CTL" metrics --instance "$I0" | grep -q '^nodecomm_ops_stalled{.*} [1-9]' &&
+  grep -q '^nodecomm_ops_stalled{.*} [1-9]' <<<"$("$CTL" metrics --instance "$I0")" &&
     pass "metrics: nodecomm_ops_stalled > 0" || echo "ctl_stall: (the operation timed out before metrics ran)"
 else
   fail "no stalled operation missing rank 2 seen: $(cat "$work/ops.json" 2>/dev/null)"

@@ -14,7 +14,7 @@ echo "$out" | grep -E "error_paths|nodecomm-launch:|lost" || true
 if [ "$status" -ne 1 ]; then
   echo "daemon_kill: launcher exit status $status, expected 1 (a daemon died)"; exit 1
 fi
-if ! echo "$out" | grep -q "nodecomm-launch: the daemon of node $((NODES - 1)) (pid [0-9]*) died"; then
+if ! grep -q "nodecomm-launch: the daemon of node $((NODES - 1)) (pid [0-9]*) died" <<<"$out"; then
   echo "daemon_kill: the launcher did not report the dead daemon"; exit 1
 fi
 want=$((NODES * RANKS))

@@ -80,7 +80,7 @@ for p in "${pids[@]}" "$server_pid"; do
 done
 out=$(timeout 30 "$LAUNCH" --service up --cluster "$NAME" --nodes 1 2>&1)
 rc=$?
-[ "$rc" = 1 ] && printf '%s\n' "$out" | grep -q "cluster '$NAME' is already up" &&
+[ "$rc" = 1 ] && grep -q "cluster '$NAME' is already up" <<<"$out" &&
   pass "a second up is refused, naming the cluster" || fail "second up: exit $rc: $out"
 
 # 2. Three one-node jobs at once: A and C on node 0, B on node 1.
@@ -135,7 +135,7 @@ out=$(timeout 30 "$LAUNCH" --service status --cluster "$NAME")
 rc=$?
 echo "$out"
 [ "$rc" = 0 ] && [ "$(printf '%s\n' "$out" | grep -Ec "^$NAME node [0-2]: pid [0-9]+ alive,")" = 3 ] &&
-  printf '%s\n' "$out" | grep -Eq "^$NAME rendezvous: ompi-server pid $server_pid alive" &&
+  grep -Eq "^$NAME rendezvous: ompi-server pid $server_pid alive" <<<"$out" &&
   pass "status: 3 nodes and ompi-server alive" || fail "status exit $rc: $out"
 attach timeout 2 --nodes 1 --ranks-per-node 1 --on-nodes 1 -- sleep 100
 rc=$?
@@ -154,7 +154,7 @@ else
   fail "restart-node 2: exit $rc, old pid $old, new pid '${new}': $out"
 fi
 pids+=("$new")
-timeout 30 "$LAUNCH" --service status --cluster "$NAME" | grep -Eq "^$NAME node 2: pid $new alive," &&
+grep -Eq "^$NAME node 2: pid $new alive," <<<"$(timeout 30 "$LAUNCH" --service status --cluster "$NAME")" &&
   pass "status shows the restarted node 2 alive" || fail "status after restart-node"
 attach d 90 --nodes 1 --ranks-per-node 2 --on-nodes 2 -- "$BIN/collectives_check" --counts 1,7,1000 &&
   grep -q "collectives_check rank 0/2: .* 0 wrong" "$work/d.out" &&
@@ -182,7 +182,7 @@ for p in "${pids[@]:0:2}" "$new"; do kill -0 "$p" 2>/dev/null || fail "daemon pi
 out=$(timeout 60 "$LAUNCH" --service down --cluster "$NAME" 2>&1)
 rc=$?
 echo "$out"
-[ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q "^$NAME down: 3 daemons stopped, ompi-server stopped" &&
+[ "$rc" = 0 ] && grep -q "^$NAME down: 3 daemons stopped, ompi-server stopped" <<<"$out" &&
   pass "down stopped 3 daemons and ompi-server" || fail "down: exit $rc: $out"
 # Gone means reaped too (by whoever inherited them): a few moments at most.
 for _ in $(seq 50); do
@@ -199,7 +199,7 @@ left=$(ls /dev/shm | grep -F "nodecomm.$NAME-" || true)
 [ -z "$left" ] && pass "no /dev/shm file of the cluster left" || fail "/dev/shm left: $left"
 out=$(timeout 30 "$LAUNCH" --service down --cluster "$NAME" 2>&1)
 rc=$?
-[ "$rc" = 1 ] && printf '%s\n' "$out" | grep -q "no simulated cluster '$NAME' is up" &&
+[ "$rc" = 1 ] && grep -q "no simulated cluster '$NAME' is up" <<<"$out" &&
   pass "down on no cluster is refused" || fail "second down: exit $rc: $out"
 
 echo "service_cluster: $failures failure(s)"

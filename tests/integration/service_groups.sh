@@ -101,7 +101,7 @@ grep -q "FORMED A node 0/2" "$DIR/n0.log" || fail "job A did not form on node 0"
 # (b) B fails on node 1 from liveness within 5 s of the kill, naming the node and its pid,
 # while A goes on after that.
 b_line=$(grep "ERROR B:" "$DIR/n1.log") || fail "job B on node 1 got no error"
-echo "$b_line" | grep -q "node 1 lost: its daemon (pid $n2_pid on" ||
+grep -q "node 1 lost: its daemon (pid $n2_pid on" <<<"$b_line" ||
   fail "job B's error does not name node 1 and pid $n2_pid: $b_line"
 b_at=${b_line%% *}
 after=$(awk -v a="$b_at" -v k="$killed_at" 'BEGIN { print a - k }')

@@ -44,7 +44,7 @@ export OMPI_MCA_pmix_base_exchange_timeout=2
 # (g) first, without a server: nothing may reach MPI_Init.
 out=$(timeout 30 "$CHECK" --uri "$DIR/missing.uri" --name g --job X:0:2:1 2>&1)
 missing="rendezvous URI file $DIR/missing.uri: No such file or directory: start the rendezvous unit"
-echo "$out" | grep -qF "$missing" ||
+grep -qF "$missing" <<<"$out" ||
   fail "missing URI file: $out"
 # The server itself, not under timeout: a SIGKILLed timeout leaves its child running.
 ompi-server --no-daemonize -r "$DIR/dead.uri" >/dev/null 2>&1 &
@@ -54,7 +54,7 @@ for _ in $(seq 100); do [ -s "$DIR/dead.uri" ] && break; sleep 0.1; done
 kill -9 "$server"
 wait "$server" 2>/dev/null
 out=$(timeout 30 "$CHECK" --uri "$DIR/dead.uri" --name g --job X:0:2:1 2>&1)
-echo "$out" | grep -qF "the rendezvous server in $DIR/dead.uri does not answer (tcp://" ||
+grep -qF "the rendezvous server in $DIR/dead.uri does not answer (tcp://" <<<"$out" ||
   fail "URI file of a dead server: $out"
 
 ompi-server --no-daemonize -r "$DIR/uri" >"$DIR/server.log" 2>&1 &

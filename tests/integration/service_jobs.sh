@@ -79,8 +79,8 @@ rank_pid() {
   for p in $(pgrep -f nodecomm-bench); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
       grep -qx "NODECOMM_JOB=$1" || continue
-    tr '\0' '\n' <"/proc/$p/environ" | grep -qx "NODECOMM_NODE=$2" || continue
-    tr '\0' '\n' <"/proc/$p/environ" | grep -qx "NODECOMM_LOCAL_RANK=$3" && echo "$p" && return
+    grep -qx "NODECOMM_NODE=$2" < <(tr '\0' '\n' <"/proc/$p/environ") || continue
+    grep -qx "NODECOMM_LOCAL_RANK=$3" < <(tr '\0' '\n' <"/proc/$p/environ") && echo "$p" && return
   done
 }
 # soak BINDIR SECONDS [STOP]: a soak's command; with STOP it also ends once $work/STOP exists

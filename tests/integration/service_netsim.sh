@@ -75,9 +75,9 @@ in_netns "$server" "ncs-$NAME-sw" && pass "ompi-server runs in the switch namesp
   fail "ompi-server (pid $server) is not in ncs-$NAME-sw"
 uri=$(cat "$DIR/rendezvous.uri")
 addrs=$(printf '%s\n' "$uri" | grep -Eo 'tcp6?://[^;]*')
-[ -n "$addrs" ] && ! printf '%s\n' "$addrs" | grep -Eqv '^tcp://10\.[0-9]+\.[0-9]+\.254:' &&
+[ -n "$addrs" ] && ! grep -Eqv '^tcp://10\.[0-9]+\.[0-9]+\.254:' <<<"$addrs" &&
   pass "ompi-server's URI names the switch's address only ($addrs)" || fail "URI: $uri"
-timeout 30 "$LAUNCH" --service status --cluster "$NAME" | grep -q "^$NAME netsim: link 1gbit, namespaces ncs-$NAME-sw, ncs-$NAME-h0, ncs-$NAME-h1$" &&
+grep -q "^$NAME netsim: link 1gbit, namespaces ncs-$NAME-sw, ncs-$NAME-h0, ncs-$NAME-h1$" <<<"$(timeout 30 "$LAUNCH" --service status --cluster "$NAME")" &&
   pass "status names the link and namespaces" || fail "status: $(timeout 30 "$LAUNCH" --service status --cluster "$NAME")"
 
 # 2. A job on node 1.

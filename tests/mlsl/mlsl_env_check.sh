@@ -28,7 +28,7 @@ for mode in 1 0; do
     [ "$(echo "$out" | grep -c "mlsl: $var=[0-9]* is ignored under nodecomm")" -eq 1 ] ||
       fail "priority mode $mode: $var is not reported exactly once"
   done
-  echo "$out" | grep -q 'mlsl\[0\]: exchange between operation' ||
+  grep -q 'mlsl\[0\]: exchange between operation' <<<"$out" ||
     fail "priority mode $mode: MLSL_LOG_LEVEL=2 printed no exchange plan"
   grep -q '^total' mlsl_stats.log 2>/dev/null ||
     fail "priority mode $mode: Statistics::Print wrote no mlsl_stats.log"

@@ -11,7 +11,7 @@ out=$("$BIN/nodecomm-launch" --timeout 90 --nodes 2 --ranks-per-node 2 -- \
       "$PYTHON" "$SCRIPT" "$T" 2>&1)
 status=$?
 echo "$out" | grep -E "^(ok|FAIL|skip)|nodecomm-launch:" || true
-if echo "$out" | grep -q "^skip:"; then exit 77; fi
+if grep -q "^skip:" <<<"$out"; then exit 77; fi
 if [ "$status" -ne 1 ]; then
   echo "torch_backend_kill: launcher exit status $status, expected 1 (one rank killed)"; exit 1
 fi
