@@ -10,7 +10,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'tools'))
-from scale_model import cli, fit, model, switch, workload  # noqa: E402
+from scale_model import cli, fit, measure, model, switch, workload  # noqa: E402
 
 KIB, MIB = model.KIB, model.MIB
 RATE = 125e6
@@ -232,6 +232,27 @@ class Calibration(unittest.TestCase):
             other = 'codec_int8' if name == 'codec' else 'codec'
             self.assertEqual(getattr(fitted, other), 0.5e-9)  # not measured: not fitted
             self.assertEqual(fitted.alpha_m, base.alpha_m)  # the rest stays
+
+    def test_small_sizes_are_the_median_of_their_launches(self):
+        # Launches of the small sizes vary by tens of percent on a shared machine: each of them
+        # counts as the median of small_reps steady launches, the large ones as one launch.
+        class Fake(measure.Runner):
+            def __init__(self):
+                super().__init__('build', verbose=False, small_reps=3)
+                self.calls, self.small = [], iter([500, 350, 650])
+
+            def _run(self, nodes, ranks, rate, args, daemon_args=()):
+                sizes = [int(s) for s in args[args.index('--sizes') + 1].split(',')]
+                self.calls.append(sizes)
+                us = next(self.small) if sizes[0] < measure.STEADY_BYTES else 9000
+                return [{'size': s, 'median_us': us + s / 1024, 'time_us': 0} for s in sizes]
+
+        r = Fake()
+        got = r.allreduce(8, 1, '1gbit', [8, 1024, MIB])
+        self.assertEqual(r.calls, [[8, 1024]] * 3 + [[MIB]])
+        self.assertAlmostEqual(got[0][1], (500 + 8 / 1024) / 1e6)
+        self.assertAlmostEqual(got[1][1], 501e-6)
+        self.assertAlmostEqual(got[2][1], 10024e-6)
 
     def test_params_survive_json(self):
         p = model.Params(alpha_m=1e-5)

@@ -66,7 +66,8 @@ def cmd_calibrate(a):
         with open(a.points) as f:
             points = [tuple(p) for p in json.load(f)['points']]
     else:
-        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic)
+        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic,
+                                small_reps=a.small_reps)
         points = (codec_points(runner, a.rate, a.reps, a.compress) if a.compress
                   else calibration_points(runner, a.rate, a.reps))
     base = load_params(a.base) if a.base else None
@@ -218,7 +219,8 @@ def cmd_check(a):
             row['error'] = row['predicted_s'] / row['measured_s'] - 1
             print_row(row)
     else:
-        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic)
+        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic,
+                                small_reps=a.small_reps)
         for rate in a.rates:
             for nodes in a.nodes:
                 for ranks in a.ranks:
@@ -330,6 +332,9 @@ def add_statistic(parser):
                         "iterations (the typical operation, which a few descheduled ones on "
                         "a shared machine do not move; the default) or their mean (its "
                         "table's time)")
+    parser.add_argument('--small-reps', type=int, default=measure.SMALL_REPS,
+                        help='steady launches per run for sizes below 256K, whose median is '
+                        "the run's time (each run of the others is one launch)")
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 records, for calibration and checking."""
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 
@@ -32,15 +33,23 @@ STATISTICS = {'mean': 'time_us', 'median': 'median_us'}
 STEADY_BYTES = 256 * 1024
 STEADY_ITERS = 300
 STEADY_WARMUP = 60
+# Even so, a steady launch's median of a small operation moves by 20-40 % from one launch to
+# the next (8 B on 8 x 1 nodes: 351-652 us over 16 launches in 10 minutes; pinning each
+# simulated node to a core did not narrow it): where 16 processes share 2 cores, which of them
+# runs when decides. Such launches take seconds, so each measurement of the small sizes is the
+# median of SMALL_REPS of them.
+SMALL_REPS = 3
 
 
 class Runner:
-    def __init__(self, build, timeout=600, verbose=True, statistic='mean'):
+    def __init__(self, build, timeout=600, verbose=True, statistic='median',
+                 small_reps=SMALL_REPS):
         self.launch = os.path.join(build, 'bin', 'nodecomm-launch')
         self.bench = os.path.join(build, 'bin', 'nodecomm-bench')
         self.timeout = timeout
         self.verbose = verbose
         self.key = STATISTICS[statistic]
+        self.small_reps = small_reps
 
     def _run(self, nodes, ranks, rate, args, daemon_args=()):
         with tempfile.TemporaryDirectory(prefix='scale-model.') as tmp:
@@ -61,22 +70,28 @@ class Runner:
                 return [json.loads(line) for line in f if line.strip()]
 
     def _sized(self, nodes, ranks, rate, args, sizes, iters=None, daemon_args=()):
-        """[(size, seconds)] in the order of `sizes`: the small ones in a steady launch (see
-        STEADY_BYTES) unless `iters` is given, the rest with the bench's default counts."""
+        """[(size, seconds)] in the order of `sizes`: the small ones in steady launches (see
+        STEADY_BYTES, SMALL_REPS) unless `iters` is given, the rest with the bench's default
+        counts in one launch."""
         if iters:
-            groups = [(sizes, ['--iters', str(iters)])]
+            groups = [(sizes, ['--iters', str(iters)], 1)]
         else:
             groups = [([s for s in sizes if s < STEADY_BYTES],
-                       ['--iters', str(STEADY_ITERS), '--warmup', str(STEADY_WARMUP)]),
-                      ([s for s in sizes if s >= STEADY_BYTES], [])]
+                       ['--iters', str(STEADY_ITERS), '--warmup', str(STEADY_WARMUP)],
+                       self.small_reps),
+                      ([s for s in sizes if s >= STEADY_BYTES], [], 1)]
         times = {}
-        for group, counts in groups:
+        for group, counts, reps in groups:
             if not group:
                 continue
-            recs = self._run(nodes, ranks, rate,
-                             args + ['--sizes', ','.join(str(s) for s in group)] + counts,
-                             daemon_args)
-            times.update((r['size'], r[self.key] / 1e6) for r in recs)
+            runs = {}
+            for _ in range(reps):
+                recs = self._run(nodes, ranks, rate,
+                                 args + ['--sizes', ','.join(str(s) for s in group)] + counts,
+                                 daemon_args)
+                for r in recs:
+                    runs.setdefault(r['size'], []).append(r[self.key] / 1e6)
+            times.update((size, statistics.median(t)) for size, t in runs.items())
         return [(s, times[s]) for s in sizes]
 
     def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none'):
