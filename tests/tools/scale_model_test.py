@@ -254,6 +254,31 @@ class Calibration(unittest.TestCase):
         self.assertAlmostEqual(got[1][1], 501e-6)
         self.assertAlmostEqual(got[2][1], 10024e-6)
 
+    def test_a_checks_runs_of_a_point_are_spread_over_passes(self):
+        # Each pass visits every layout once, so a point's runs lie minutes apart.
+        class Fake:
+            def __init__(self):
+                self.calls = []
+
+            def collective(self, nodes, ranks, rate, op, sizes, compress):
+                self.calls.append((nodes, op))
+                return [(s, len(self.calls) * 1e-3) for s in sizes]
+
+            def workload(self, nodes, ranks, rate, name, scale):
+                self.calls.append((nodes, name))
+                return {'t_compute': 0.1, 't_comm': 0.2, 't_step': 0.3 + len(self.calls)}
+
+        a = cli.argparse.Namespace(rates=['1gbit'], nodes=[2, 4], ranks=[1], ops=['allreduce'],
+                                   compress=[], sizes=[8], workloads=['resnet50'], reps=3)
+        r = Fake()
+        rows = cli.measure_check_rows(a, r)
+        self.assertEqual(r.calls, [(2, 'allreduce'), (2, 'resnet50'), (4, 'allreduce'),
+                                   (4, 'resnet50')] * 3)
+        self.assertEqual([row['what'] for row in rows], ['allreduce 8', 'resnet50 step'] * 2)
+        self.assertEqual(rows[2]['runs_s'], [3e-3, 7e-3, 11e-3])
+        self.assertEqual(rows[2]['measured_s'], 7e-3)
+        self.assertEqual(rows[1]['measured_s'], 6.3)
+
     def test_params_survive_json(self):
         p = model.Params(alpha_m=1e-5)
         self.assertEqual(model.Params.from_json(p.to_json()), p)

@@ -42,14 +42,15 @@ CAL_LAYOUTS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1), (4, 2), (8, 1), (
 
 def calibration_points(runner, rate, reps=1):
     """The measurements calibration fits: CAL_LAYOUTS, each over CAL_SIZES, the median of
-    `reps` runs per point."""
+    `reps` passes over the layouts per point (spread out, as the check's)."""
     rb = measure.rate_bytes(rate)
-    points = []
-    for nodes, ranks in CAL_LAYOUTS:
-        runs = [runner.allreduce(nodes, ranks, rate, CAL_SIZES) for _ in range(reps)]
-        for i, size in enumerate(CAL_SIZES):
-            points.append((size, nodes, ranks, rb, statistics.median(r[i][1] for r in runs)))
-    return points
+    runs = {}
+    for _ in range(reps):
+        for nodes, ranks in CAL_LAYOUTS:
+            for size, sec in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
+                runs.setdefault((nodes, ranks, size), []).append(sec)
+    return [(size, nodes, ranks, rb, statistics.median(runs[(nodes, ranks, size)]))
+            for nodes, ranks in CAL_LAYOUTS for size in CAL_SIZES]
 
 
 def codec_points(runner, rate, reps, compress):
@@ -197,6 +198,44 @@ def check_paths(a):
     return paths
 
 
+def measure_check_rows(a, runner):
+    """The check's measurements: --reps passes over every layout, each point's median over
+    the passes. Small operations on this shared machine drift by a third over minutes (6 x 1
+    16 KiB: 444 us as the median of 9 launches, 652-684 us five minutes later), so a point's
+    runs are spread over the whole check rather than taken back to back."""
+    layouts = [(rate, nodes, ranks) for rate in a.rates for nodes in a.nodes
+               for ranks in a.ranks]
+    runs = {}
+    for rep in range(a.reps):
+        print(f"# pass {rep + 1} of {a.reps}", flush=True)
+        for rate, nodes, ranks in layouts:
+            for op, compress in check_paths(a):
+                for size, sec in runner.collective(nodes, ranks, rate, op, a.sizes, compress):
+                    runs.setdefault((rate, nodes, ranks, op, compress, size), []).append(sec)
+            for w in a.workloads:
+                name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
+                runs.setdefault((rate, nodes, ranks, 'step', name, float(scale)), []).append(
+                    runner.workload(nodes, ranks, rate, name, float(scale)))
+    rows = []
+    for rate, nodes, ranks in layouts:
+        base = {'nodes': nodes, 'ranks': ranks, 'rate': rate}
+        for op, compress in check_paths(a):
+            label = op if compress == 'none' else f'{op} {compress}'
+            for size in a.sizes:
+                times = runs[(rate, nodes, ranks, op, compress, size)]
+                rows.append({**base, 'what': f'{label} {size}', 'size': size, 'op': op,
+                             'compress': compress, 'measured_s': statistics.median(times),
+                             'runs_s': times})
+        for w in a.workloads:
+            name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
+            meas = runs[(rate, nodes, ranks, 'step', name, float(scale))]
+            steps = [m['t_step'] for m in meas]
+            rows.append({**base, 'what': f'{name} step', 'workload': name,
+                         'scale': float(scale), 'measured_s': statistics.median(steps),
+                         'runs_s': steps, 'measured': meas})
+    return rows
+
+
 def cmd_check(a):
     p = load_params(a.params)
     t = model.Tuning()
@@ -208,49 +247,20 @@ def cmd_check(a):
             cache[(name, scale)] = workload.bench_layers(bench, name, scale)
         return cache[(name, scale)]
 
-    rows = []
     if a.replay:
         # The measurements of an earlier check, predicted again (a model change, new params).
+        rows = []
         for path in a.replay.split(','):
             with open(path) as f:
                 rows += json.load(f)['rows']
-        for row in rows:
-            row['predicted_s'] = predict_row(p, t, row, layers_of)
-            row['error'] = row['predicted_s'] / row['measured_s'] - 1
-            print_row(row)
     else:
-        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic,
-                                small_reps=a.small_reps)
-        for rate in a.rates:
-            for nodes in a.nodes:
-                for ranks in a.ranks:
-                    base = {'nodes': nodes, 'ranks': ranks, 'rate': rate}
-                    # Runs of one layout vary by tens of percent for small operations on a
-                    # shared machine: the median of --reps runs is the measurement.
-                    for op, compress in check_paths(a):
-                        runs = [runner.collective(nodes, ranks, rate, op, a.sizes, compress)
-                                for _ in range(a.reps)]
-                        label = op if compress == 'none' else f'{op} {compress}'
-                        for i, size in enumerate(a.sizes):
-                            times = [run[i][1] for run in runs]
-                            rows.append({**base, 'what': f'{label} {size}', 'size': size,
-                                         'op': op, 'compress': compress,
-                                         'measured_s': statistics.median(times),
-                                         'runs_s': times})
-                    for w in a.workloads:
-                        name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
-                        meas = [runner.workload(nodes, ranks, rate, name, float(scale))
-                                for _ in range(a.reps)]
-                        steps = [m['t_step'] for m in meas]
-                        rows.append({**base, 'what': f'{name} step', 'workload': name,
-                                     'scale': float(scale), 'measured_s': statistics.median(steps),
-                                     'runs_s': steps, 'measured': meas})
-                    for row in rows:
-                        if 'error' in row:
-                            continue
-                        row['predicted_s'] = predict_row(p, t, row, layers_of)
-                        row['error'] = row['predicted_s'] / row['measured_s'] - 1
-                        print_row(row)
+        rows = measure_check_rows(a, measure.Runner(a.build, timeout=a.timeout,
+                                                    statistic=a.statistic,
+                                                    small_reps=a.small_reps))
+    for row in rows:
+        row['predicted_s'] = predict_row(p, t, row, layers_of)
+        row['error'] = row['predicted_s'] / row['measured_s'] - 1
+        print_row(row)
     median, worst = error_table(rows)
     ok = median <= 0.10 and worst <= 0.25
     if a.markdown:
