@@ -205,34 +205,37 @@ def measure_check_rows(a, runner):
     runs are spread over the whole check rather than taken back to back."""
     layouts = [(rate, nodes, ranks) for rate in a.rates for nodes in a.nodes
                for ranks in a.ranks]
-    runs = {}
+    paths = check_paths(a)
+    workloads = [(w.split(':')[0], float(w.split(':')[1] if ':' in w else WORKLOADS[w]))
+                 for w in a.workloads]
+    sizes, steps = {}, {}  # each point's runs, one per pass
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
-        for rate, nodes, ranks in layouts:
-            for op, compress in check_paths(a):
+        for layout in layouts:
+            rate, nodes, ranks = layout
+            for op, compress in paths:
                 for size, sec in runner.collective(nodes, ranks, rate, op, a.sizes, compress):
-                    runs.setdefault((rate, nodes, ranks, op, compress, size), []).append(sec)
-            for w in a.workloads:
-                name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
-                runs.setdefault((rate, nodes, ranks, 'step', name, float(scale)), []).append(
-                    runner.workload(nodes, ranks, rate, name, float(scale)))
+                    sizes.setdefault((layout, op, compress, size), []).append(sec)
+            for name, scale in workloads:
+                steps.setdefault((layout, name), []).append(
+                    runner.workload(nodes, ranks, rate, name, scale))
     rows = []
-    for rate, nodes, ranks in layouts:
+    for layout in layouts:
+        rate, nodes, ranks = layout
         base = {'nodes': nodes, 'ranks': ranks, 'rate': rate}
-        for op, compress in check_paths(a):
+        for op, compress in paths:
             label = op if compress == 'none' else f'{op} {compress}'
             for size in a.sizes:
-                times = runs[(rate, nodes, ranks, op, compress, size)]
+                times = sizes[(layout, op, compress, size)]
                 rows.append({**base, 'what': f'{label} {size}', 'size': size, 'op': op,
                              'compress': compress, 'measured_s': statistics.median(times),
                              'runs_s': times})
-        for w in a.workloads:
-            name, scale = w.split(':') if ':' in w else (w, WORKLOADS[w])
-            meas = runs[(rate, nodes, ranks, 'step', name, float(scale))]
-            steps = [m['t_step'] for m in meas]
-            rows.append({**base, 'what': f'{name} step', 'workload': name,
-                         'scale': float(scale), 'measured_s': statistics.median(steps),
-                         'runs_s': steps, 'measured': meas})
+        for name, scale in workloads:
+            meas = steps[(layout, name)]
+            t_steps = [m['t_step'] for m in meas]
+            rows.append({**base, 'what': f'{name} step', 'workload': name, 'scale': scale,
+                         'measured_s': statistics.median(t_steps), 'runs_s': t_steps,
+                         'measured': meas})
     return rows
 
 

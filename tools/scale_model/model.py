@@ -39,10 +39,10 @@ On the development machine every simulated node's processes share 2 cores; the l
 - cores) / cores where that is positive: each hand-off and message may wait for a time slice.
 A rank counts rank_weight of a daemon (it is parked while the daemons exchange a round's
 records and a step's messages), and the waits grow faster than the processes
-(contention_power > 1): each of the N daemons' messages waits behind the others' (fitted on
-2026-12-06: 1.12, 1.25 and 0.15). The ring's steps wait only where their transfer does not
-cover the wait (step_latency). On a real node, with the daemon on dedicated cores, the factor
-is 1.
+(contention_power > 1): each of the N daemons' messages waits behind the others' (the
+calibration in use, 2026-12-06 13:22: 0.89, 1.5 and 0.3). The ring's steps wait only where
+their transfer does not cover the wait (step_latency). On a real node, with the daemon on
+dedicated cores, the factor is 1.
 
 The share of the link large transfers reach falls with the node count (more daemons' TCP
 streams through the simulated switch, more ring steps to keep in step): eta(N) = eta -
