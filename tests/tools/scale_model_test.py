@@ -6,7 +6,9 @@ import math
 import os
 import re
 import sys
+import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', '..', 'tools'))
@@ -278,6 +280,36 @@ class Calibration(unittest.TestCase):
         self.assertEqual(rows[2]['runs_s'], [3e-3, 7e-3, 11e-3])
         self.assertEqual(rows[2]['measured_s'], 7e-3)
         self.assertEqual(rows[1]['measured_s'], 6.3)
+
+    def test_a_checks_rows_carry_the_hosts_steal_per_run(self):
+        class Fake:
+            def collective(self, nodes, ranks, rate, op, sizes, compress):
+                return [(s, 1e-3) for s in sizes]
+
+            def workload(self, nodes, ranks, rate, name, scale):
+                return {'t_compute': 0.1, 't_comm': 0.2, 't_step': 0.3}
+
+        a = cli.argparse.Namespace(rates=['1gbit'], nodes=[2], ranks=[1], ops=['allreduce'],
+                                   compress=[], sizes=[8, 16], workloads=['resnet50'], reps=2)
+        jiffies = iter([(0, 100), (5, 200), (5, 200), (5, 300), (5, 300), (25, 400),
+                        (25, 400), (25, 500)])
+        with mock.patch.object(cli.measure, 'cpu_jiffies', lambda: next(jiffies)):
+            rows = cli.measure_check_rows(a, Fake())
+        self.assertEqual([r['steal'] for r in rows], [[0.05, 0.2], [0.05, 0.2], [0.0, 0.0]])
+        for r, err in zip(rows, (0.3, 0.0, 0.0)):
+            r['error'] = err
+        self.assertEqual(cli.steal_summary(rows), '# host steal during the runs: median 5.0 %, '
+                         '0.0-20.0 %; the points beyond 25 %: median 12.5 %')
+        self.assertIsNone(cli.steal_summary([{'error': 0.3, 'runs_s': [1.0]}]))
+
+    def test_steal_is_read_from_the_cpu_line(self):
+        with tempfile.NamedTemporaryFile('w', suffix='.stat') as f:
+            f.write('cpu  100 2 30 500 4 0 6 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n')
+            f.flush()
+            self.assertEqual(cli.measure.cpu_jiffies(f.name), (7, 649))
+        self.assertIsNone(cli.measure.cpu_jiffies('/nonexistent/stat'))
+        self.assertAlmostEqual(cli.measure.steal_fraction((7, 649), (17, 749)), 0.1)
+        self.assertIsNone(cli.measure.steal_fraction(None, (17, 749)))
 
     def test_params_survive_json(self):
         p = model.Params(alpha_m=1e-5)

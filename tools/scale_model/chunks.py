@@ -2,9 +2,9 @@
 slice term (the ring's slices pipeline, so only the first slice's way around would show, and
 the scheduler already cuts a large allreduce into units of a quarter of its window: on a
 1 Gbit/s link a unit's block per node is about 62-125 KiB at any node count, so a larger
---chunk-size does not cut it at all), so it predicts the same time for every --chunk-size. `chunks` measures that on this machine: the
-allreduce under each slice size, side by side, and how much the daemon's default loses
-against the best one."""
+--chunk-size does not cut it at all), so it predicts the same time for every --chunk-size.
+`chunks` measures that on this machine: the allreduce under each slice size, side by side,
+and how much the daemon's default loses against the best one."""
 import json
 import statistics
 

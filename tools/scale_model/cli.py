@@ -136,6 +136,23 @@ def error_table(rows):
     return (statistics.median(errs), max(errs)) if errs else (0.0, 0.0)
 
 
+def steal_summary(rows, bound=0.25):
+    """A line on the hypervisor's steal during the measured runs (rows' 'steal'), overall and
+    for the points beyond `bound`, or None where no run recorded it (an older check)."""
+    def stolen(rs):
+        return [x for r in rs for x in r.get('steal') or [] if x is not None]
+    every = stolen(rows)
+    if not every:
+        return None
+    text = (f"# host steal during the runs: median {100 * statistics.median(every):.1f} %, "
+            f"{100 * min(every):.1f}-{100 * max(every):.1f} %")
+    off = stolen([r for r in rows if abs(r['error']) > bound])
+    if off:
+        text += (f"; the points beyond {100 * bound:.0f} %: "
+                 f"median {100 * statistics.median(off):.1f} %")
+    return text
+
+
 def predict_row(p, t, row, layers_of):
     """The model's time for a measured row of a check: an allreduce or a workload step."""
     rb = measure.rate_bytes(row['rate'])
@@ -209,16 +226,24 @@ def measure_check_rows(a, runner):
     workloads = [(w.split(':')[0], float(w.split(':')[1] if ':' in w else WORKLOADS[w]))
                  for w in a.workloads]
     sizes, steps = {}, {}  # each point's runs, one per pass
+    steal = {}  # the host's steal during each run (measure.cpu_jiffies)
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
         for layout in layouts:
             rate, nodes, ranks = layout
             for op, compress in paths:
-                for size, sec in runner.collective(nodes, ranks, rate, op, a.sizes, compress):
+                before = measure.cpu_jiffies()
+                runs = runner.collective(nodes, ranks, rate, op, a.sizes, compress)
+                stolen = measure.steal_fraction(before, measure.cpu_jiffies())
+                for size, sec in runs:
                     sizes.setdefault((layout, op, compress, size), []).append(sec)
+                    steal.setdefault((layout, op, compress, size), []).append(stolen)
             for name, scale in workloads:
+                before = measure.cpu_jiffies()
                 steps.setdefault((layout, name), []).append(
                     runner.workload(nodes, ranks, rate, name, scale))
+                steal.setdefault((layout, name), []).append(
+                    measure.steal_fraction(before, measure.cpu_jiffies()))
     rows = []
     for layout in layouts:
         rate, nodes, ranks = layout
@@ -229,13 +254,13 @@ def measure_check_rows(a, runner):
                 times = sizes[(layout, op, compress, size)]
                 rows.append({**base, 'what': f'{label} {size}', 'size': size, 'op': op,
                              'compress': compress, 'measured_s': statistics.median(times),
-                             'runs_s': times})
+                             'runs_s': times, 'steal': steal[(layout, op, compress, size)]})
         for name, scale in workloads:
             meas = steps[(layout, name)]
             t_steps = [m['t_step'] for m in meas]
             rows.append({**base, 'what': f'{name} step', 'workload': name, 'scale': scale,
                          'measured_s': statistics.median(t_steps), 'runs_s': t_steps,
-                         'measured': meas})
+                         'steal': steal[(layout, name)], 'measured': meas})
     return rows
 
 
@@ -268,6 +293,8 @@ def cmd_check(a):
     ok = median <= 0.10 and worst <= 0.25
     if a.markdown:
         print(markdown_table(rows))
+    if steal_summary(rows):
+        print(steal_summary(rows))
     print(f"# {len(rows)} points: median |error| {100 * median:.1f} % (bound 10 %), largest "
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:

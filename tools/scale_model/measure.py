@@ -41,6 +41,25 @@ STEADY_WARMUP = 60
 SMALL_REPS = 3
 
 
+def cpu_jiffies(path='/proc/stat'):
+    """(steal, total) jiffies of all CPUs so far, or None where the file is not there: the time
+    the hypervisor ran something else while this VM had work (the 8th value of the cpu line)."""
+    try:
+        with open(path) as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # guest and guest_nice (9th, 10th) are already counted in user and nice.
+    return (values[7] if len(values) > 7 else 0), sum(values[:8])
+
+
+def steal_fraction(before, after):
+    """The share of the CPUs' time stolen by the hypervisor between two cpu_jiffies()."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 class Runner:
     def __init__(self, build, timeout=600, verbose=True, statistic='median',
                  small_reps=SMALL_REPS):
