@@ -91,7 +91,7 @@ int InterNode::next_exchange_tag_base(NodeComm comm, const PointToPoint& net) {
 TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t count,
                                            proto::DType dtype, proto::RedOp op,
                                            proto::Compression wire, const AllreduceHooks& hooks,
-                                           bool link_loaded) {
+                                           bool link_loaded, size_t choice_bytes) {
   PointToPoint& p2p = net_.p2p(comm);
   const AllreduceSpec spec{buffer, count, dtype, op, wire};
   const size_t bytes = count * proto::dtype_size(dtype);
@@ -105,9 +105,11 @@ TransportHandle InterNode::start_allreduce(NodeComm comm, void* buffer, size_t c
     return run(std::make_unique<Finished>(), p2p);
   }
   // Compressed data goes around the ring, the only algorithm that re-encodes per step.
-  AllreduceAlgorithmKind kind = spec.wire != proto::Compression::kNone
-                                    ? AllreduceAlgorithmKind::kRing
-                                    : choose_allreduce(tuning_, bytes, p2p.size(), link_loaded);
+  AllreduceAlgorithmKind kind =
+      spec.wire != proto::Compression::kNone
+          ? AllreduceAlgorithmKind::kRing
+          : choose_allreduce(tuning_, choice_bytes != 0 ? choice_bytes : bytes, p2p.size(),
+                             link_loaded);
   // Recursive doubling sends the whole buffer as one message and the native allreduce takes
   // at most max_count() elements (MPI's int): beyond that the ring, whose slices stay far
   // below it, carries the operation.

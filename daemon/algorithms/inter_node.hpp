@@ -36,9 +36,13 @@ class InterNode {
   // runs for every range before it is read and hooks.done once a range holds the result (see
   // allreduce_algorithms.hpp).
   // `link_loaded`: see choose_allreduce; every node must pass the same.
+  // `choice_bytes`: the bytes the algorithm is chosen for, where this call is one part of a
+  // larger transfer that shares the link with it (a scheduler chunk: its whole operation); 0:
+  // this call's own. Every node must pass the same.
   TransportHandle start_allreduce(NodeComm comm, void* buffer, size_t count, proto::DType dtype,
                                   proto::RedOp op, proto::Compression wire,
-                                  const AllreduceHooks& hooks, bool link_loaded = false);
+                                  const AllreduceHooks& hooks, bool link_loaded = false,
+                                  size_t choice_bytes = 0);
   // Every node's `bytes` at records + comm_rank * bytes reach every node's `records`: one
   // message to and from each peer, the least latency there is (the scheduler's rounds, the
   // operation summaries). Exchanges are a stream of their own, with tags apart from the
