@@ -232,18 +232,16 @@ def measure_check_rows(a, runner):
         for layout in layouts:
             rate, nodes, ranks = layout
             for op, compress in paths:
-                before = measure.cpu_jiffies()
-                runs = runner.collective(nodes, ranks, rate, op, a.sizes, compress)
-                stolen = measure.steal_fraction(before, measure.cpu_jiffies())
+                runs, stolen = measure.with_steal(
+                    lambda: runner.collective(nodes, ranks, rate, op, a.sizes, compress))
                 for size, sec in runs:
                     sizes.setdefault((layout, op, compress, size), []).append(sec)
                     steal.setdefault((layout, op, compress, size), []).append(stolen)
             for name, scale in workloads:
-                before = measure.cpu_jiffies()
-                steps.setdefault((layout, name), []).append(
-                    runner.workload(nodes, ranks, rate, name, scale))
-                steal.setdefault((layout, name), []).append(
-                    measure.steal_fraction(before, measure.cpu_jiffies()))
+                step, stolen = measure.with_steal(
+                    lambda: runner.workload(nodes, ranks, rate, name, scale))
+                steps.setdefault((layout, name), []).append(step)
+                steal.setdefault((layout, name), []).append(stolen)
     rows = []
     for layout in layouts:
         rate, nodes, ranks = layout
@@ -293,8 +291,9 @@ def cmd_check(a):
     ok = median <= 0.10 and worst <= 0.25
     if a.markdown:
         print(markdown_table(rows))
-    if steal_summary(rows):
-        print(steal_summary(rows))
+    steal_line = steal_summary(rows)
+    if steal_line:
+        print(steal_line)
     print(f"# {len(rows)} points: median |error| {100 * median:.1f} % (bound 10 %), largest "
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:

@@ -60,6 +60,13 @@ def steal_fraction(before, after):
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
+def with_steal(call):
+    """(call(), the host's steal while it ran: steal_fraction)."""
+    before = cpu_jiffies()
+    result = call()
+    return result, steal_fraction(before, cpu_jiffies())
+
+
 class Runner:
     def __init__(self, build, timeout=600, verbose=True, statistic='median',
                  small_reps=SMALL_REPS):
