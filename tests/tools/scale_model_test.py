@@ -1,6 +1,7 @@
 """tools/scale-model's calibration and prediction code on small inputs (issue 20): fitting
 recovers known parameters from times they generate, the paths match the daemon's switch
 points, and the step simulation behaves as a step does."""
+import io
 import json
 import math
 import os
@@ -301,6 +302,46 @@ class Calibration(unittest.TestCase):
         self.assertEqual(cli.steal_summary(rows), '# host steal during the runs: median 5.0 %, '
                          '0.0-20.0 %; the points beyond 25 %: median 12.5 %')
         self.assertIsNone(cli.steal_summary([{'error': 0.3, 'runs_s': [1.0]}]))
+
+    def test_the_spread_of_a_points_own_runs_is_reported(self):
+        rows = [{'what': 'allreduce 8', 'nodes': 6, 'ranks': 2, 'rate': '1gbit',
+                 'runs_s': [3e-4, 4.5e-4, 3e-4], 'error': 0.3},
+                {'what': 'allreduce 64', 'nodes': 2, 'ranks': 1, 'rate': '1gbit',
+                 'runs_s': [1.0, 1.1, 0.9], 'error': 0.01},
+                {'what': 'allreduce 4', 'nodes': 2, 'ranks': 1, 'rate': '1gbit',
+                 'runs_s': [1.0], 'error': 0.01}]
+        self.assertEqual(cli.spread_summary(rows),
+                         "# a point's runs from their median: median 30.0 %, largest 50.0 % "
+                         "(allreduce 8 6x2 1gbit); 1 points have a run beyond 25 %; the points "
+                         "beyond 25 %: their runs 50 %")
+        self.assertIsNone(cli.spread_summary(rows[2:]))
+
+    def test_check_can_calibrate_first_in_the_same_sitting(self):
+        # --calibrate runs calibrate with the check's passes and statistics, then predicts with
+        # what it wrote.
+        seen = []
+
+        def fake_calibrate(cal):
+            seen.append(cal)
+            with open(cal.out, 'w') as f:
+                json.dump({'params': model.Params(alpha_r=7e-6, alpha_p=0.0).to_json()}, f)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            replay, cal, out = (os.path.join(tmp, n) for n in ('m.json', 'cal.json', 'c.json'))
+            with open(replay, 'w') as f:
+                json.dump({'rows': [{'nodes': 2, 'ranks': 1, 'rate': '1gbit', 'op': 'allreduce',
+                                     'compress': 'none', 'size': 8, 'what': 'allreduce 8',
+                                     'measured_s': 1e-3, 'runs_s': [1e-3]}]}, f)
+            with mock.patch.object(cli, 'cmd_calibrate', fake_calibrate), \
+                    mock.patch('sys.stdout', new=io.StringIO()):
+                cli.main(['--build', tmp, 'check', '--calibrate', cal, '--replay', replay,
+                          '--reps', '2', '--small-reps', '5', '--out', out])
+                with self.assertRaises(SystemExit):
+                    cli.main(['check', '--replay', replay])
+            self.assertEqual([(c.rate, c.reps, c.small_reps, c.out, c.points) for c in seen],
+                             [('1gbit', 2, 5, cal, '')])
+            with open(out) as f:
+                self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
 
     def test_steal_is_read_from_the_cpu_line(self):
         with tempfile.NamedTemporaryFile('w', suffix='.stat') as f:

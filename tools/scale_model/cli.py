@@ -153,6 +153,30 @@ def steal_summary(rows, bound=0.25):
     return text
 
 
+def spread_summary(rows, bound=0.25):
+    """A line on how far a point's own runs (one per pass) lie from their median, which is
+    what the model predicts: where a run is itself more than `bound` away, no prediction can
+    be within `bound` of every pass, and the median of three moves with the pass that
+    decides it. None where no point has two runs."""
+    def spread(r):
+        med = statistics.median(r['runs_s'])
+        return max(abs(x / med - 1) for x in r['runs_s'])
+    rs = [r for r in rows if len(r.get('runs_s') or []) > 1]
+    if not rs:
+        return None
+    every = [spread(r) for r in rs]
+    worst = max(rs, key=spread)
+    text = (f"# a point's runs from their median: median {100 * statistics.median(every):.1f} %, "
+            f"largest {100 * max(every):.1f} % ({worst['what']} {worst['nodes']}x"
+            f"{worst['ranks']} {worst['rate']}); {sum(x > bound for x in every)} points have a "
+            f"run beyond {100 * bound:.0f} %")
+    off = [spread(r) for r in rs if abs(r['error']) > bound]
+    if off:
+        text += (f"; the points beyond {100 * bound:.0f} %: their runs "
+                 + ', '.join(f'{100 * x:.0f} %' for x in off))
+    return text
+
+
 def predict_row(p, t, row, layers_of):
     """The model's time for a measured row of a check: an allreduce or a workload step."""
     rb = measure.rate_bytes(row['rate'])
@@ -262,8 +286,24 @@ def measure_check_rows(a, runner):
     return rows
 
 
+def calibrate_first(a):
+    """`check --calibrate OUT`: the calibration (`calibrate --rate --calibrate-rate`, the
+    check's --reps, --statistic and --small-reps) run in the same sitting as the check, written
+    to OUT, and its params. On this shared host the small operations' latencies move by a third
+    over hours (the machine's other tenants), so a calibration from another sitting can be off
+    by that much where the measurement is."""
+    print(f"# calibrating first, in this sitting, at {a.calibrate_rate}", flush=True)
+    cal = argparse.Namespace(build=a.build, rate=a.calibrate_rate, out=a.calibrate, points='',
+                             reps=a.reps, compress='', base='', fit='', statistic=a.statistic,
+                             small_reps=a.small_reps, timeout=a.timeout)
+    cmd_calibrate(cal)
+    return load_params(a.calibrate)
+
+
 def cmd_check(a):
-    p = load_params(a.params)
+    if bool(a.params) == bool(a.calibrate):
+        raise SystemExit('scale-model check: give one of --params and --calibrate')
+    p = calibrate_first(a) if a.calibrate else load_params(a.params)
     t = model.Tuning()
     bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
     cache = {}
@@ -291,9 +331,9 @@ def cmd_check(a):
     ok = median <= 0.10 and worst <= 0.25
     if a.markdown:
         print(markdown_table(rows))
-    steal_line = steal_summary(rows)
-    if steal_line:
-        print(steal_line)
+    for line in (steal_summary(rows), spread_summary(rows)):
+        if line:
+            print(line)
     print(f"# {len(rows)} points: median |error| {100 * median:.1f} % (bound 10 %), largest "
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:
@@ -407,7 +447,11 @@ def main(argv=None):
                    help="allreduce's wire type (nodecomm-bench --compress)")
     p.set_defaults(func=cmd_predict)
     k = sub.add_parser('check', help='predict, measure, and print the error table')
-    k.add_argument('--params', required=True)
+    k.add_argument('--params', default='', help='predict with this calibration (JSON)')
+    k.add_argument('--calibrate', default='', metavar='OUT',
+                   help='calibrate first, in this sitting, write it to OUT and predict with it '
+                   '(instead of --params)')
+    k.add_argument('--calibrate-rate', default='1gbit', help='the rate --calibrate measures at')
     k.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')],
                    default=[2, 3, 4, 6, 8])
     k.add_argument('--ranks', type=lambda s: [int(x) for x in s.split(',')], default=[1, 2])
