@@ -216,6 +216,8 @@ class Calibration(unittest.TestCase):
                   for size in (8, 4 * KIB, 64 * KIB, MIB, 64 * MIB)]
         fitted, rms = fit.calibrate_staged(points)
         self.assertLess(rms, 0.05)
+        # Not fitted: these links leave it almost unseen (fit.NETWORK).
+        self.assertEqual(fitted.overlap_rest, model.Params().overlap_rest)
         for nodes, ranks in ((6, 1), (6, 2), (3, 2)):
             for size in (8, 16 * KIB, 256 * KIB, 64 * MIB):
                 want = model.allreduce_time(truth, t, size, nodes, ranks, RATE)
