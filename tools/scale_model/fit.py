@@ -118,10 +118,11 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
 # The staged calibration's two groups (calibrate_staged): what one node's operations show
 # alone, and what the network and the daemons' sharing of the cores add to them.
 # overlap_rest is not among them: the links here are 20-50 times slower than the daemon's
-# local work, which moves a point by a few per cent at most, and two calibrations of 2026-12-06
-# put it at opposite bounds (0.0001 and 1.0) with the same rms (0.149 either way, refitted),
-# while the projection on fast fabrics follows it. It keeps the base's value (0.1 by default:
-# the local work pipelined with the ring's slices, as the daemon runs it).
+# local work, which moves a point by a few per cent at most. Two calibrations of 2026-12-06
+# put it at opposite bounds (0.0001 and 1.0), and the later one's points, refitted with it held
+# at 0.0001, 0.1 or 1.0, give rms 0.149 each, while the projection on fast fabrics follows it.
+# It keeps the base's value (0.1 by default: the local work pipelined with the ring's slices,
+# as the daemon runs it).
 LOCAL = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4')
 NETWORK = ('alpha_r', 'alpha_p', 'alpha_m', 'eta', 'eta_slope', 'contention')
 # The oversubscription factor's shape, tried in turn (a grid: the simplex stalls on them, as
