@@ -258,6 +258,23 @@ class Calibration(unittest.TestCase):
         self.assertAlmostEqual(got[0][1], (500 + 8 / 1024) / 1e6)
         self.assertAlmostEqual(got[1][1], 501e-6)
         self.assertAlmostEqual(got[2][1], 10024e-6)
+        # The launches behind each median stay with the runner for a check to keep.
+        self.assertEqual([round(x * 1e6, 3) for x in r.last_launches[1024]], [501, 351, 651])
+        self.assertEqual(len(r.last_launches[MIB]), 1)
+
+    def test_a_checks_rows_keep_each_runs_launches(self):
+        class Fake:
+            last_launches = {}
+
+            def collective(self, nodes, ranks, rate, op, sizes, compress):
+                self.last_launches = {s: [1e-3, 2e-3, 3e-3] for s in sizes}
+                return [(s, 2e-3) for s in sizes]
+
+        a = cli.argparse.Namespace(rates=['1gbit'], nodes=[2], ranks=[1], ops=['allreduce'],
+                                   compress=[], sizes=[8], workloads=[], reps=2)
+        with mock.patch('sys.stdout', new=io.StringIO()):
+            rows = cli.measure_check_rows(a, Fake())
+        self.assertEqual(rows[0]['launches_s'], [[1e-3, 2e-3, 3e-3]] * 2)
 
     def test_a_checks_runs_of_a_point_are_spread_over_passes(self):
         # Each pass visits every layout once, so a point's runs lie minutes apart.

@@ -251,6 +251,7 @@ def measure_check_rows(a, runner):
                  for w in a.workloads]
     sizes, steps = {}, {}  # each point's runs, one per pass
     steal = {}  # the host's steal during each run (measure.cpu_jiffies)
+    launches = {}  # each run's launches, where the runner keeps them (Runner.last_launches)
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
         for layout in layouts:
@@ -258,9 +259,12 @@ def measure_check_rows(a, runner):
             for op, compress in paths:
                 runs, stolen = measure.with_steal(
                     lambda: runner.collective(nodes, ranks, rate, op, a.sizes, compress))
+                kept = getattr(runner, 'last_launches', {})
                 for size, sec in runs:
                     sizes.setdefault((layout, op, compress, size), []).append(sec)
                     steal.setdefault((layout, op, compress, size), []).append(stolen)
+                    launches.setdefault((layout, op, compress, size), []).append(
+                        kept.get(size, [sec]))
             for name, scale in workloads:
                 step, stolen = measure.with_steal(
                     lambda: runner.workload(nodes, ranks, rate, name, scale))
@@ -276,7 +280,8 @@ def measure_check_rows(a, runner):
                 times = sizes[(layout, op, compress, size)]
                 rows.append({**base, 'what': f'{label} {size}', 'size': size, 'op': op,
                              'compress': compress, 'measured_s': statistics.median(times),
-                             'runs_s': times, 'steal': steal[(layout, op, compress, size)]})
+                             'runs_s': times, 'steal': steal[(layout, op, compress, size)],
+                             'launches_s': launches[(layout, op, compress, size)]})
         for name, scale in workloads:
             meas = steps[(layout, name)]
             t_steps = [m['t_step'] for m in meas]

@@ -76,6 +76,9 @@ class Runner:
         self.verbose = verbose
         self.key = STATISTICS[statistic]
         self.small_reps = small_reps
+        # The last call's launches per size ({size: [seconds, ...]}), whose median it returned:
+        # a check keeps them, to show how far one launch lies from the next.
+        self.last_launches = {}
 
     def _run(self, nodes, ranks, rate, args, daemon_args=()):
         with tempfile.TemporaryDirectory(prefix='scale-model.') as tmp:
@@ -107,6 +110,7 @@ class Runner:
                        self.small_reps),
                       ([s for s in sizes if s >= STEADY_BYTES], [], 1)]
         times = {}
+        self.last_launches = {}
         for group, counts, reps in groups:
             if not group:
                 continue
@@ -118,6 +122,7 @@ class Runner:
                 for r in recs:
                     runs.setdefault(r['size'], []).append(r[self.key] / 1e6)
             times.update((size, statistics.median(t)) for size, t in runs.items())
+            self.last_launches.update(runs)
         return [(s, times[s]) for s in sizes]
 
     def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none'):
