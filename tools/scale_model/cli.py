@@ -161,16 +161,16 @@ def spread_summary(rows, bound=0.25):
     def spread(r):
         med = statistics.median(r['runs_s'])
         return max(abs(x / med - 1) for x in r['runs_s'])
-    rs = [r for r in rows if len(r.get('runs_s') or []) > 1]
-    if not rs:
+    spreads = [(spread(r), r) for r in rows if len(r.get('runs_s') or []) > 1]
+    if not spreads:
         return None
-    every = [spread(r) for r in rs]
-    worst = max(rs, key=spread)
+    every = [x for x, _ in spreads]
+    largest, worst = max(spreads, key=lambda pair: pair[0])
     text = (f"# a point's runs from their median: median {100 * statistics.median(every):.1f} %, "
-            f"largest {100 * max(every):.1f} % ({worst['what']} {worst['nodes']}x"
+            f"largest {100 * largest:.1f} % ({worst['what']} {worst['nodes']}x"
             f"{worst['ranks']} {worst['rate']}); {sum(x > bound for x in every)} points have a "
             f"run beyond {100 * bound:.0f} %")
-    off = [spread(r) for r in rs if abs(r['error']) > bound]
+    off = [x for x, r in spreads if abs(r['error']) > bound]
     if off:
         text += (f"; the points beyond {100 * bound:.0f} %: their runs "
                  + ', '.join(f'{100 * x:.0f} %' for x in off))
@@ -298,10 +298,10 @@ def calibrate_first(a):
     over hours (the machine's other tenants), so a calibration from another sitting can be off
     by that much where the measurement is."""
     print(f"# calibrating first, in this sitting, at {a.calibrate_rate}", flush=True)
-    cal = argparse.Namespace(build=a.build, rate=a.calibrate_rate, out=a.calibrate, points='',
-                             reps=a.reps, compress='', base='', fit='', statistic=a.statistic,
-                             small_reps=a.small_reps, timeout=a.timeout)
-    cmd_calibrate(cal)
+    cmd_calibrate(parser().parse_args(
+        ['--build', a.build, 'calibrate', '--rate', a.calibrate_rate, '--out', a.calibrate,
+         '--reps', str(a.reps), '--statistic', a.statistic, '--small-reps', str(a.small_reps),
+         '--timeout', str(a.timeout)]))
     return load_params(a.calibrate)
 
 
@@ -421,7 +421,7 @@ def add_statistic(parser):
                         "the run's time (each run of the others is one launch)")
 
 
-def main(argv=None):
+def parser():
     ap = argparse.ArgumentParser(prog='scale-model', description=__doc__)
     ap.add_argument('--build', default='build', help='build tree (its bin/ programs)')
     sub = ap.add_subparsers(dest='cmd', required=True)
@@ -525,7 +525,11 @@ def main(argv=None):
     s.add_argument('--out', default='')
     s.add_argument('--timeout', type=int, default=600)
     s.set_defaults(func=lambda a: chunks.cmd_chunks(a, load_params))
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
     return a.func(a)
 
 

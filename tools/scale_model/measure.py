@@ -109,7 +109,6 @@ class Runner:
                        ['--iters', str(STEADY_ITERS), '--warmup', str(STEADY_WARMUP)],
                        self.small_reps),
                       ([s for s in sizes if s >= STEADY_BYTES], [], 1)]
-        times = {}
         self.last_launches = {}
         for group, counts, reps in groups:
             if not group:
@@ -121,9 +120,8 @@ class Runner:
                                  daemon_args)
                 for r in recs:
                     runs.setdefault(r['size'], []).append(r[self.key] / 1e6)
-            times.update((size, statistics.median(t)) for size, t in runs.items())
             self.last_launches.update(runs)
-        return [(s, times[s]) for s in sizes]
+        return [(s, statistics.median(self.last_launches[s])) for s in sizes]
 
     def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none'):
         """[(size, seconds per allreduce)] on nodes x ranks."""
