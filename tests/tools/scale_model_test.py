@@ -362,6 +362,52 @@ class Calibration(unittest.TestCase):
             with open(out) as f:
                 self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
 
+    def test_check_calibrate_alternates_its_passes_with_the_checks(self):
+        # Measured, --calibrate runs a calibration pass at the start of each of the check's
+        # passes, and fits on the calibration's points alone.
+        calls, fitted = [], []
+
+        class Fake:
+            def __init__(self, *args, **kwargs):
+                self.last_launches = {}
+
+            def allreduce(self, nodes, ranks, rate, sizes):
+                calls.append(('cal', nodes, ranks, rate))
+                return [(s, 1e-3 * len(calls)) for s in sizes]
+
+            def collective(self, nodes, ranks, rate, op, sizes, compress):
+                calls.append(('check', nodes, ranks, rate))
+                return [(s, 1e-3) for s in sizes]
+
+        def fake_calibrate(cal):
+            with open(cal.points) as f:
+                fitted.append((cal.out, json.load(f)['points']))
+            with open(cal.out, 'w') as f:
+                json.dump({'params': model.Params(alpha_r=7e-6).to_json()}, f)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            cal, out = os.path.join(tmp, 'cal.json'), os.path.join(tmp, 'c.json')
+            with mock.patch.object(cli.measure, 'Runner', Fake), \
+                    mock.patch.object(cli, 'cmd_calibrate', fake_calibrate), \
+                    mock.patch('sys.stdout', new=io.StringIO()):
+                cli.main(['--build', tmp, 'check', '--calibrate', cal, '--nodes', '2',
+                          '--ranks', '1', '--rates', '500mbit', '--sizes', '8',
+                          '--workloads', '', '--reps', '2', '--out', out])
+            with open(out) as f:
+                self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
+        one_pass = [('cal', n, r, '1gbit') for n, r in cli.CAL_LAYOUTS] + \
+            [('check', 2, 1, '500mbit')]
+        self.assertEqual(calls, one_pass * 2)
+        self.assertEqual(len(fitted), 1)
+        self.assertEqual(fitted[0][0], cal)
+        points = fitted[0][1]
+        self.assertEqual(len(points), len(cli.CAL_LAYOUTS) * len(cli.CAL_SIZES))
+        # Each point the median of its two passes: the first pass's call i and the second's
+        # call i + 10 (9 calibration layouts and the check's one between them).
+        first = points[0]
+        self.assertEqual(first[:4], [8, 1, 1, 125e6])
+        self.assertAlmostEqual(first[4], (1e-3 + 11e-3) / 2)
+
     def test_steal_is_read_from_the_cpu_line(self):
         with tempfile.NamedTemporaryFile('w', suffix='.stat') as f:
             f.write('cpu  100 2 30 500 4 0 6 7 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n')

@@ -40,15 +40,22 @@ def load_params(path):
 CAL_LAYOUTS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1), (4, 2), (8, 1), (8, 2))
 
 
-def calibration_points(runner, rate, reps=1):
+def calibration_pass(runner, rate, runs):
+    """One pass over CAL_LAYOUTS, each over CAL_SIZES: each point's run appended to `runs`."""
+    for nodes, ranks in CAL_LAYOUTS:
+        for size, sec in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
+            runs.setdefault((nodes, ranks, size), []).append(sec)
+
+
+def calibration_points(runner, rate, reps=1, runs=None):
     """The measurements calibration fits: CAL_LAYOUTS, each over CAL_SIZES, the median of
-    `reps` passes over the layouts per point (spread out, as the check's)."""
+    `reps` passes over the layouts per point (spread out, as the check's); or of the passes
+    already in `runs` (check --calibrate, whose passes alternate with the check's)."""
     rb = measure.rate_bytes(rate)
-    runs = {}
-    for _ in range(reps):
-        for nodes, ranks in CAL_LAYOUTS:
-            for size, sec in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
-                runs.setdefault((nodes, ranks, size), []).append(sec)
+    if runs is None:
+        runs = {}
+        for _ in range(reps):
+            calibration_pass(runner, rate, runs)
     return [(size, nodes, ranks, rb, statistics.median(runs[(nodes, ranks, size)]))
             for nodes, ranks in CAL_LAYOUTS for size in CAL_SIZES]
 
@@ -239,11 +246,12 @@ def check_paths(a):
     return paths
 
 
-def measure_check_rows(a, runner):
+def measure_check_rows(a, runner, before_pass=None):
     """The check's measurements: --reps passes over every layout, each point's median over
-    the passes. Small operations on this shared machine drift by a third over minutes (6 x 1
-    16 KiB: 444 us as the median of 9 launches, 652-684 us five minutes later), so a point's
-    runs are spread over the whole check rather than taken back to back."""
+    the passes; `before_pass(rep)` first in each (check --calibrate's calibration pass). Small
+    operations on this shared machine drift by a third over minutes (6 x 1 16 KiB: 444 us as
+    the median of 9 launches, 652-684 us five minutes later), so a point's runs are spread over
+    the whole check rather than taken back to back."""
     layouts = [(rate, nodes, ranks) for rate in a.rates for nodes in a.nodes
                for ranks in a.ranks]
     paths = check_paths(a)
@@ -254,6 +262,8 @@ def measure_check_rows(a, runner):
     launches = {}  # each run's launches, where the runner keeps them (Runner.last_launches)
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
+        if before_pass:
+            before_pass(rep)
         for layout in layouts:
             rate, nodes, ranks = layout
             for op, compress in paths:
@@ -291,24 +301,41 @@ def measure_check_rows(a, runner):
     return rows
 
 
-def calibrate_first(a):
-    """`check --calibrate OUT`: the calibration (`calibrate --rate --calibrate-rate`, the
-    check's --reps, --statistic and --small-reps) run in the same sitting as the check, written
-    to OUT, and its params. On this shared host the small operations' latencies move by a third
-    over hours (the machine's other tenants), so a calibration from another sitting can be off
-    by that much where the measurement is."""
-    print(f"# calibrating first, in this sitting, at {a.calibrate_rate}", flush=True)
-    cmd_calibrate(parser().parse_args(
-        ['--build', a.build, 'calibrate', '--rate', a.calibrate_rate, '--out', a.calibrate,
-         '--reps', str(a.reps), '--statistic', a.statistic, '--small-reps', str(a.small_reps),
-         '--timeout', str(a.timeout)]))
+def calibrate_from(a, points=None):
+    """`check --calibrate OUT`: calibrate (`calibrate --rate --calibrate-rate`, the check's
+    --reps, --statistic and --small-reps), write it to OUT and return its params; fitted on
+    `points` where the check measured them, else measured now."""
+    args = ['--build', a.build, 'calibrate', '--rate', a.calibrate_rate, '--out', a.calibrate,
+            '--reps', str(a.reps), '--statistic', a.statistic, '--small-reps', str(a.small_reps),
+            '--timeout', str(a.timeout)]
+    if points is not None:
+        with open(a.calibrate, 'w') as f:
+            json.dump({'points': points}, f)
+        args += ['--points', a.calibrate]
+    cmd_calibrate(parser().parse_args(args))
     return load_params(a.calibrate)
+
+
+def measure_calibrated(a, runner):
+    """(params, rows) of `check --calibrate`: each of the check's passes starts with a pass of
+    the calibration, and the fit sees only the calibration's points. On this shared host the
+    small operations' latencies drift by a third over an hour (the 19:08 calibration of
+    2026-12-06 and a check of the same sitting still 8 points beyond 25 %, all measured
+    slower, the later ones more), so calibration and check are measured over the same minutes
+    instead of one after the other."""
+    runs = {}
+
+    def calibration(rep):
+        print(f"# calibration pass {rep + 1} of {a.reps}, at {a.calibrate_rate}", flush=True)
+        calibration_pass(runner, a.calibrate_rate, runs)
+
+    rows = measure_check_rows(a, runner, calibration)
+    return calibrate_from(a, calibration_points(runner, a.calibrate_rate, runs=runs)), rows
 
 
 def cmd_check(a):
     if bool(a.params) == bool(a.calibrate):
         raise SystemExit('scale-model check: give one of --params and --calibrate')
-    p = calibrate_first(a) if a.calibrate else load_params(a.params)
     t = model.Tuning()
     bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
     cache = {}
@@ -324,10 +351,15 @@ def cmd_check(a):
         for path in a.replay.split(','):
             with open(path) as f:
                 rows += json.load(f)['rows']
+        p = calibrate_from(a) if a.calibrate else load_params(a.params)
     else:
-        rows = measure_check_rows(a, measure.Runner(a.build, timeout=a.timeout,
-                                                    statistic=a.statistic,
-                                                    small_reps=a.small_reps))
+        runner = measure.Runner(a.build, timeout=a.timeout, statistic=a.statistic,
+                                small_reps=a.small_reps)
+        if a.calibrate:
+            p, rows = measure_calibrated(a, runner)
+        else:
+            p = load_params(a.params)
+            rows = measure_check_rows(a, runner)
     for row in rows:
         row['predicted_s'] = predict_row(p, t, row, layers_of)
         row['error'] = row['predicted_s'] / row['measured_s'] - 1
@@ -343,7 +375,8 @@ def cmd_check(a):
           f"{100 * worst:.1f} % (bound 25 %): {'accepted' if ok else 'NOT accepted'}")
     if a.out:
         with open(a.out, 'w') as f:
-            json.dump({'params': p.to_json(), 'statistic': a.statistic, 'rows': rows,
+            json.dump({'params': p.to_json(), 'params_from': a.calibrate or a.params,
+                       'statistic': a.statistic, 'rows': rows,
                        'median_error': median,
                        'max_error': worst, 'accepted': ok}, f, indent=1)
     return 0 if ok else 1
