@@ -47,15 +47,18 @@ def calibration_pass(runner, rate, runs):
             runs.setdefault((nodes, ranks, size), []).append(sec)
 
 
-def calibration_points(runner, rate, reps=1, runs=None):
+def calibration_points(runner, rate, reps=1):
     """The measurements calibration fits: CAL_LAYOUTS, each over CAL_SIZES, the median of
-    `reps` passes over the layouts per point (spread out, as the check's); or of the passes
-    already in `runs` (check --calibrate, whose passes alternate with the check's)."""
+    `reps` passes over the layouts per point (spread out, as the check's)."""
+    runs = {}
+    for _ in range(reps):
+        calibration_pass(runner, rate, runs)
+    return median_points(runs, rate)
+
+
+def median_points(runs, rate):
+    """Calibration points from the passes in `runs` (calibration_pass): each point's median."""
     rb = measure.rate_bytes(rate)
-    if runs is None:
-        runs = {}
-        for _ in range(reps):
-            calibration_pass(runner, rate, runs)
     return [(size, nodes, ranks, rb, statistics.median(runs[(nodes, ranks, size)]))
             for nodes, ranks in CAL_LAYOUTS for size in CAL_SIZES]
 
@@ -330,7 +333,7 @@ def measure_calibrated(a, runner):
         calibration_pass(runner, a.calibrate_rate, runs)
 
     rows = measure_check_rows(a, runner, calibration)
-    return calibrate_from(a, calibration_points(runner, a.calibrate_rate, runs=runs)), rows
+    return calibrate_from(a, median_points(runs, a.calibrate_rate)), rows
 
 
 def cmd_check(a):
