@@ -10,7 +10,7 @@ import sys
 from . import chunks, fabrics, fit, measure, model, plots, switch, workload
 
 KIB, MIB = model.KIB, model.MIB
-CAL_SIZES = [8, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
+CAL_SIZES = [8, 1 * KIB, 4 * KIB, 64 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB]
 CHECK_SIZES = [8, 1 * KIB, 16 * KIB, 256 * KIB, 4 * MIB, 64 * MIB]
 # Scaled so that a step takes about a second on 1 Gbit/s links (compute: the default, the
 # gradients' bytes / 125 MB/s).

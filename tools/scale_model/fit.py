@@ -8,14 +8,17 @@ from .model import CODEC_PARAM, Params, Tuning, allreduce_time
 
 # What calibration fits; the rest keep their values (cores, the tuning's switch points).
 FITTED = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4', 'alpha_r', 'alpha_p', 'alpha_m', 'eta',
-          'eta_slope', 'overlap_rest', 'contention', 'codec', 'codec_int8')
+          'eta_slope', 'overlap_rest', 'contention', 'codec', 'codec_int8', 'eager_byte')
 # Kept inside these bounds: eta and overlap_rest are fractions, the slopes small. eta at most
 # what TCP leaves of a 1500-byte MTU's frames (1448 payload bytes in 1514 on the wire, with
 # timestamps): bounded by 1.0 only, the calibration of 2026-12-06 put it at 1.0 with a steeper
 # slope and the local work not hidden, and fitted its 2-8-node points no better (rms of log
 # errors 0.063, against 0.061 with this bound).
 BOUNDS = {'eta': (0.3, 1448 / 1514), 'eta_slope': (1e-5, 0.1), 'overlap_rest': (1e-4, 1.0),
-          'contention': (1e-4, 4.0)}
+          'contention': (1e-4, 4.0), 'eager_byte': (1e-13, 1e-6)}
+# Where a parameter's default (0: the term off) is no place to start the simplex from: eager
+# records' handling about a nanosecond per byte, as a host's copies and packets go.
+STARTS = {'eager_byte': 1e-9}
 
 
 def nelder_mead(f, x0, step=0.5, iters=4000, tol=1e-10):
@@ -82,12 +85,19 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
         return any(len(pt) > 5 and pt[5] != 'none' and CODEC_PARAM[pt[5]] == name
                    for pt in points)
     names = [n for n in names if n not in CODEC_PARAM.values() or measured_with(n)]
+    # The eager records' bytes only where an eager allreduce of more than a few bytes was
+    # measured between nodes (8 bytes alone leave the term unseen).
+    if not any(pt[1] > 1 and 64 <= pt[0] <= tuning.eager_bytes and
+               (len(pt) <= 5 or pt[5] == 'none') for pt in points):
+        names = [n for n in names if n != 'eager_byte']
 
     def cost(logs):
         return mean_square_log_error(_params(base, names, logs), tuning, points)
 
-    # Start every parameter inside its bounds (contention's default, 0, is not).
-    x = [math.log(max(getattr(base, n), BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
+    # Start every parameter inside its bounds (contention's default, 0, is not), a term that is
+    # off by default at its STARTS value.
+    x = [math.log(max(getattr(base, n) or STARTS.get(n, 0.0),
+                      BOUNDS.get(n, (1e-15, 1e3))[0] * 10)) for n in names]
     # A codec cheaper than the link is hidden by it (the transfer goes at the slower one's
     # pace), so the cost is flat there and the simplex would not move: start each codec at the
     # best value of a scan, 1 ps to 100 ns per byte in steps of 1/32 decade (the step from
@@ -124,7 +134,7 @@ def calibrate(points, base=None, tuning=None, names=FITTED, restarts=8):
 # It keeps the base's value (0.1 by default: the local work pipelined with the ring's slices,
 # as the daemon runs it).
 LOCAL = ('o1', 'o2', 'l1', 'l2', 'l3', 'l4')
-NETWORK = ('alpha_r', 'alpha_p', 'alpha_m', 'eta', 'eta_slope', 'contention')
+NETWORK = ('alpha_r', 'alpha_p', 'alpha_m', 'eta', 'eta_slope', 'contention', 'eager_byte')
 # The oversubscription factor's shape, tried in turn (a grid: the simplex stalls on them, as
 # the factor's exponent and its slope trade against each other over a few node counts).
 POWERS = (1.0, 1.25, 1.5, 1.75, 2.0)

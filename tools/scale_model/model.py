@@ -13,11 +13,16 @@ An allreduce of S bytes on N nodes with R ranks per node (the daemon's view, doc
                 records up to gather_nodes nodes (N - 1 messages, alpha_r each, overlapped:
                 alpha_r + (N - 2) * alpha_p), a recursive-doubling combine beyond
                 (ceil(log2 N) steps of alpha_r)
-  network(S, N) S <= eager (1 KiB): 0, the data rides in the round
+  network(S, N) S <= eager (1 KiB): the data rides in the round; each round record a daemon
+                takes in carries it (N - 1 of them up to gather_nodes, ceil(log2 N) beyond),
+                at eager_byte seconds per byte of it (its handling on the hosts: the token
+                bucket passes records this small at once)
                 N > 2 and S <= switch(N) (rd_switch_bytes): recursive doubling, steps(N) *
                 alpha_m + (log2 p + [N != p]) * S * beta (the busiest node's link: its log2 p
                 exchanges and, beyond a power of two p, the result it sends back), steps =
-                log2 p + 2 [N != p]
+                log2 p + 2 [N != p]; between folding the N - p nodes beyond p in and out, only
+                p daemons exchange, so those log2 p steps wait for a time slice as p nodes'
+                would (below)
                 else the ring: 2 (N - 1) alpha_m + 2 (N - 1) / N * S * beta (its slices
                 pipeline, so the first slice's way around is hidden); in a training step
                 (loaded) the ring at every size on up to loaded_ring_nodes, as the daemon
@@ -89,6 +94,7 @@ class Params:
     overlap_rest: float = 0.1  # share of the smaller of local / wire that is not hidden
     codec: float = 0.5e-9      # s per f32 byte and ring pass: bf16/f16 encoding and decoding
     codec_int8: float = 2e-9   # the same for int8 (block scales, rounding, error feedback)
+    eager_byte: float = 0.0    # s per byte of eager data in each round record a daemon takes in
     contention: float = 0.0    # slope of the oversubscription factor on latencies
     contention_power: float = 1.0  # its growth with the processes beyond the cores
     rank_weight: float = 1.0   # what a rank counts in the processes, against a daemon's 1
@@ -114,6 +120,14 @@ def oversubscription(p: Params, nodes, ranks):
     if p.contention == 0 or procs <= p.cores:
         return 1.0
     return 1.0 + p.contention * ((procs - p.cores) / p.cores) ** p.contention_power
+
+
+def round_records(t: Tuning, nodes):
+    """The round records a daemon takes in before it has every node's: one from each peer in
+    an all-to-all round, one per recursive-doubling step beyond gather_nodes."""
+    if nodes <= 1:
+        return 0
+    return nodes - 1 if nodes <= t.gather_nodes else math.ceil(math.log2(nodes))
 
 
 def round_time(p: Params, t: Tuning, nodes):
@@ -227,9 +241,17 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         'algorithm': algorithm(t, size, nodes, compress, loaded),
     }
     alg = parts['algorithm']
-    if alg == 'recursive_doubling':
+    if alg == 'eager':
+        parts['latency'] = round_records(t, nodes) * size * p.eager_byte
+    elif alg == 'recursive_doubling':
+        # The nodes beyond a power of two fold in and out (2 steps of all N); in between only
+        # p daemons exchange, the others parked (the 16 KiB allreduces on 6 nodes came out
+        # 20 % long in most checks with k(N) on every step).
         steps = rd_steps(nodes)
-        parts['latency'] = k * steps * p.alpha_m
+        pairs = 1 << (nodes.bit_length() - 1)
+        folds = steps - (pairs.bit_length() - 1)
+        parts['latency'] = (k * folds + oversubscription(p, pairs, ranks) *
+                            (steps - folds)) * p.alpha_m
         parts['wire'] = (steps - 1 if nodes != (1 << (nodes.bit_length() - 1)) else steps) * \
             size * beta
     elif alg == 'ring' and t.halving:
