@@ -101,6 +101,29 @@ class Model(unittest.TestCase):
         self.assertAlmostEqual(model.allreduce_parts(p, t, 64 * MIB, 4096, 1, fast)['latency'],
                                one)
 
+    def test_eager_data_costs_per_record_taken_in(self):
+        p, t = model.Params(eager_byte=5e-9, contention=1.0), model.Tuning()
+        for nodes, records in ((2, 1), (4, 3), (8, 7), (16, 4), (4096, 12)):
+            self.assertEqual(model.round_records(t, nodes), records)
+            parts = model.allreduce_parts(p, t, KIB, nodes, 2, RATE)
+            self.assertEqual(parts['algorithm'], 'eager')
+            self.assertAlmostEqual(parts['latency'], records * KIB * 5e-9)
+        # Not scaled by the oversubscription: the records' handling, not a wait for a core.
+        self.assertAlmostEqual(model.allreduce_parts(p, t, 8, 4, 2, RATE)['latency'],
+                               3 * 8 * 5e-9)
+
+    def test_recursive_doublings_pairs_wait_as_p_nodes(self):
+        p = model.Params(contention=1.0, contention_power=1.5, rank_weight=0.3)
+        t = model.Tuning(small_bytes=64 * KIB)
+        k = {n: model.oversubscription(p, n, 2) for n in (4, 6, 8)}
+        six = model.allreduce_parts(p, t, 16 * KIB, 6, 2, RATE)
+        self.assertEqual(six['algorithm'], 'recursive_doubling')
+        # Folding the 2 nodes beyond 4 in and out with all 6 nodes' wait, the 2 steps between
+        # with 4 nodes'.
+        self.assertAlmostEqual(six['latency'], (2 * k[6] + 2 * k[4]) * p.alpha_m)
+        self.assertAlmostEqual(model.allreduce_parts(p, t, 16 * KIB, 8, 2, RATE)['latency'],
+                               3 * k[8] * p.alpha_m)
+
     def test_rounds_combine_beyond_gather_nodes(self):
         p, t = model.Params(), model.Tuning()
         self.assertEqual(model.round_time(p, t, 1), 0)
@@ -223,6 +246,25 @@ class Calibration(unittest.TestCase):
                 want = model.allreduce_time(truth, t, size, nodes, ranks, RATE)
                 got = model.allreduce_time(fitted, t, size, nodes, ranks, RATE)
                 self.assertLess(abs(got / want - 1), 0.1, (nodes, ranks, size))
+
+    def test_the_eager_records_bytes_are_fitted_only_where_measured(self):
+        truth = model.Params(o1=2e-6, o2=5e-6, alpha_r=35e-6, alpha_p=12e-6, alpha_m=22e-6,
+                             contention=1.1, contention_power=1.5, rank_weight=0.3,
+                             eager_byte=6e-9)
+        t = model.Tuning()
+        def points(sizes):
+            return [(size, nodes, ranks, RATE,
+                     model.allreduce_time(truth, t, size, nodes, ranks, RATE))
+                    for nodes, ranks in cli.CAL_LAYOUTS for size in sizes]
+        fitted, rms = fit.calibrate_staged(points((8, KIB, 4 * KIB, MIB)))
+        self.assertLess(rms, 0.05)
+        for nodes, ranks in ((6, 1), (6, 2), (3, 2)):
+            want = model.allreduce_time(truth, t, KIB, nodes, ranks, RATE)
+            got = model.allreduce_time(fitted, t, KIB, nodes, ranks, RATE)
+            self.assertLess(abs(got / want - 1), 0.1, (nodes, ranks))
+        # 8 bytes alone do not show the term: it stays off rather than take any value.
+        fitted, _ = fit.calibrate_staged(points((8, 4 * KIB, MIB)))
+        self.assertEqual(fitted.eager_byte, 0.0)
 
     def test_the_codec_alone_is_fitted_from_compressed_points(self):
         # Codecs slower than the link (which would hide them), so that the points show them.
