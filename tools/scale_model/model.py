@@ -110,8 +110,13 @@ class Params:
         return Params(**{k: v for k, v in d.items() if k in known})
 
 
+def pow2_floor(nodes):
+    """The largest power of two not above `nodes`: the nodes recursive doubling pairs up."""
+    return 1 << (nodes.bit_length() - 1)
+
+
 def rd_steps(nodes):
-    p = 1 << (nodes.bit_length() - 1)
+    p = pow2_floor(nodes)
     return int(math.log2(p)) + (2 if nodes != p else 0)
 
 
@@ -145,7 +150,7 @@ def rd_switch_bytes(nodes, latency_bytes):
     against tests/data/rd_switch_points.json."""
     if nodes <= 2:
         return 0
-    p = 1 << (nodes.bit_length() - 1)
+    p = pow2_floor(nodes)
     log_p = p.bit_length() - 1
     extra = nodes != p
     rd_steps, rd_bytes = log_p + (2 if extra else 0), log_p + (1 if extra else 0)
@@ -248,16 +253,15 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         # p daemons exchange, the others parked (with k(N) on every step, 16 KiB on 6 x 2 came
         # out long in 13 of the 19 checks' points, median +14 %).
         steps = rd_steps(nodes)
-        pairs = 1 << (nodes.bit_length() - 1)
-        folds = steps - (pairs.bit_length() - 1)
+        pairs = pow2_floor(nodes)
+        folds = 0 if nodes == pairs else 2
         parts['latency'] = (k * folds + oversubscription(p, pairs, ranks) *
                             (steps - folds)) * p.alpha_m
-        parts['wire'] = (steps - 1 if nodes != (1 << (nodes.bit_length() - 1)) else steps) * \
-            size * beta
+        parts['wire'] = (steps - 1 if folds else steps) * size * beta
     elif alg == 'ring' and t.halving:
         # What if (not in the daemon): recursive halving then doubling (Rabenseifner), the
         # ring's bytes in 2 log2 p steps, plus folding the nodes beyond p in and out.
-        p2 = 1 << (nodes.bit_length() - 1)
+        p2 = pow2_floor(nodes)
         extra = nodes != p2
         parts['algorithm'] = 'halving_doubling'
         parts['latency'] = k * (2 * (p2.bit_length() - 1) + (2 if extra else 0)) * p.alpha_m
