@@ -115,9 +115,19 @@ def pow2_floor(nodes):
     return 1 << (nodes.bit_length() - 1)
 
 
+def rd_folds(nodes):
+    """Recursive doubling's steps folding the nodes beyond pow2_floor in and out: 0 or 2."""
+    return 0 if nodes == pow2_floor(nodes) else 2
+
+
 def rd_steps(nodes):
-    p = pow2_floor(nodes)
-    return int(math.log2(p)) + (2 if nodes != p else 0)
+    return pow2_floor(nodes).bit_length() - 1 + rd_folds(nodes)
+
+
+def rd_wire_steps(nodes):
+    """The steps whose whole buffer crosses the busiest node's link: the log2 p exchanges and,
+    with folds, the result sent back out (the fold in carries nothing from the busiest node)."""
+    return rd_steps(nodes) - (1 if rd_folds(nodes) else 0)
 
 
 def oversubscription(p: Params, nodes, ranks):
@@ -150,12 +160,9 @@ def rd_switch_bytes(nodes, latency_bytes):
     against tests/data/rd_switch_points.json."""
     if nodes <= 2:
         return 0
-    p = pow2_floor(nodes)
-    log_p = p.bit_length() - 1
-    extra = nodes != p
-    rd_steps, rd_bytes = log_p + (2 if extra else 0), log_p + (1 if extra else 0)
     ring_steps, ring_bytes = 2.0 * (nodes - 1), 2.0 * (nodes - 1) / nodes
-    return int(math.floor((ring_steps - rd_steps) / (rd_bytes - ring_bytes) * latency_bytes))
+    return int(math.floor((ring_steps - rd_steps(nodes)) / (rd_wire_steps(nodes) - ring_bytes) *
+                          latency_bytes))
 
 
 def switch_bytes(t: Tuning, nodes):
@@ -252,20 +259,17 @@ def allreduce_parts(p: Params, t: Tuning, size, nodes, ranks, rate, compress='no
         # The nodes beyond a power of two fold in and out (2 steps of all N); in between only
         # p daemons exchange, the others parked (with k(N) on every step, 16 KiB on 6 x 2 came
         # out long in 13 of the 19 checks' points, median +14 %).
-        steps = rd_steps(nodes)
-        pairs = pow2_floor(nodes)
-        folds = 0 if nodes == pairs else 2
-        parts['latency'] = (k * folds + oversubscription(p, pairs, ranks) *
-                            (steps - folds)) * p.alpha_m
-        parts['wire'] = (steps - 1 if folds else steps) * size * beta
+        folds = rd_folds(nodes)
+        parts['latency'] = (k * folds + oversubscription(p, pow2_floor(nodes), ranks) *
+                            (rd_steps(nodes) - folds)) * p.alpha_m
+        parts['wire'] = rd_wire_steps(nodes) * size * beta
     elif alg == 'ring' and t.halving:
         # What if (not in the daemon): recursive halving then doubling (Rabenseifner), the
         # ring's bytes in 2 log2 p steps, plus folding the nodes beyond p in and out.
         p2 = pow2_floor(nodes)
-        extra = nodes != p2
         parts['algorithm'] = 'halving_doubling'
-        parts['latency'] = k * (2 * (p2.bit_length() - 1) + (2 if extra else 0)) * p.alpha_m
-        parts['wire'] = (2 * (p2 - 1) / p2 + (2 if extra else 0)) * size * beta
+        parts['latency'] = k * (2 * (p2.bit_length() - 1) + rd_folds(nodes)) * p.alpha_m
+        parts['wire'] = (2 * (p2 - 1) / p2 + rd_folds(nodes)) * size * beta
     elif alg == 'ring':
         parts['wire'] = 2 * (nodes - 1) / nodes * size * beta
         link = link_beta(p, nodes, rate)  # the scheduler's units count uncompressed bytes
