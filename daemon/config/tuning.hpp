@@ -85,6 +85,13 @@ inline constexpr size_t kMaxEagerBytes = 1024;
 // --sched-gather-nodes: every daemon's first round of a communicator travels by this, before
 // node 0's setting has reached the others.
 inline constexpr uint32_t kDefaultGatherNodes = 8;
+// --sched-hold-max-nodes: holding for an urgent operation leaves the links idle while its own
+// message steps run (2 (N - 1) for the ring), and a training step's priorities rise with every
+// gradient, so every operation's steps are paid in turn. tools/scale-model's projection puts
+// that at most 10 % of a ResNet-50 or BERT-large step on every fabric it models up to 32 nodes,
+// 35 % at 64 and several times the step at 1024 (docs/SCALING.md, "Holding for urgent
+// operations, priced"; `scale-model switch --steps` derives it).
+inline constexpr uint32_t kHoldMaxNodes = 32;
 
 struct SchedulerTuning {
   proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
@@ -107,6 +114,8 @@ struct SchedulerTuning {
   // or for at most this long after it became ready here if no round has handed it out yet
   // (the other nodes may post it much later). 0: never hold.
   uint32_t hold_us = 10000;
+  // Communicators over more nodes than this never hold (kHoldMaxNodes). 0: never hold.
+  uint32_t hold_max_nodes = kHoldMaxNodes;
   // Urgent mode, for a second after a communicator held units for a more urgent operation: the
   // auto window's target is adapted between this and target_delay_us, shrinking while the link
   // stays as busy with less queued and growing when it slows, so a job that uses priorities

@@ -50,7 +50,9 @@ std::optional<int64_t> urgency(Communicator& comm, const ScheduledUnit& unit,
 }  // namespace
 
 std::vector<bool> units_to_hold(Communicator& comm, const SchedulerTuning& tuning, uint64_t now) {
-  if (tuning.hold_us == 0 || comm.poisoned()) return {};
+  if (tuning.hold_us == 0 || comm.poisoned() || comm.layout().node_count > tuning.hold_max_nodes) {
+    return {};
+  }
   const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
   if (!urgent) return {};
   const auto& units = comm.schedule.units;

@@ -300,6 +300,13 @@ void define_settings(CLI::App& app, Vars& v) {
                  "other nodes have not posted it yet; 0: never pause")
       ->check(CLI::Range(0u, 10000000u))
       ->capture_default_str();
+  app.add_option("--sched-hold-max-nodes", c.sched.hold_max_nodes,
+                 "Communicators over more nodes than this never pause transfers for a more "
+                 "urgent operation: each pause leaves the links idle while the urgent "
+                 "operation's own message steps run, which grow with the node count; 0: never "
+                 "pause")
+      ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--sched-urgent-target-us", c.sched.urgent_target_us,
                  "auto window: --sched-target-us for a communicator that has paused transfers "
                  "for a more urgent operation within the last second (microseconds); 0: off")

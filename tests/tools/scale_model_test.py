@@ -65,6 +65,7 @@ class Model(unittest.TestCase):
         self.assertEqual(value(r'constexpr size_t kMaxAutoSwitchBytes'), t.max_auto_switch)
         self.assertEqual(value(r'constexpr uint32_t kDefaultGatherNodes'), t.gather_nodes)
         self.assertEqual(value(r'constexpr uint32_t kLoadedRingMaxNodes'), t.loaded_ring_nodes)
+        self.assertEqual(value(r'constexpr uint32_t kHoldMaxNodes'), t.hold_max_nodes)
         algorithms = text[text.index('struct AlgorithmTuning'):]
         text = algorithms[:algorithms.index('};')]
         self.assertEqual(value(r'size_t latency_bytes'), t.latency_bytes)
@@ -480,6 +481,31 @@ class Step(unittest.TestCase):
         p, t = model.Params(), model.Tuning()
         s = workload.step_times(p, t, self.LAYERS, 1, 1, RATE)
         self.assertLess(s['t_step'] - s['t_compute'], 0.005)
+
+    def test_held_transfers_pay_each_operations_steps_in_turn(self):
+        # Every operation more urgent than the last: with holds, nothing else moves during an
+        # operation's message steps, so the step pays them all; without, they overlap the
+        # other operations' bytes. Beyond hold_max_nodes the daemon does not hold.
+        # A layer's compute outlasts a round, so each operation is a round's group of its own.
+        p = model.Params(alpha_m=200e-6)
+        layers = [('l%d' % i, 1 << 16, 300.0) for i in range(20)]
+        held = workload.step_times(p, model.Tuning(), layers, 8, 1, RATE)['t_step']
+        free = workload.step_times(p, model.Tuning(hold=False), layers, 8, 1, RATE)['t_step']
+        steps = 20 * 2 * 7 * p.alpha_m  # each operation's ring on 8 nodes
+        self.assertGreater(held - free, 0.8 * steps)
+        self.assertLess(held - free, 1.2 * steps)
+        beyond = model.Tuning(hold_max_nodes=4)
+        self.assertAlmostEqual(workload.step_times(p, beyond, layers, 8, 1, RATE)['t_step'], free)
+
+    def test_the_hold_bound_is_where_holds_cost_a_step_at_most_the_bound(self):
+        rows, worst, bound = switch.hold_costs(
+            model.Params(), lambda w, ms: self.LAYERS, [('tiny', 8.0)], 8)
+        self.assertEqual(len(rows), len(switch.fabrics.FABRICS))
+        self.assertTrue(all(worst[n] <= switch.HOLD_COST_BOUND for n in switch.HOLD_NODES
+                            if n <= bound))
+        beyond = [n for n in switch.HOLD_NODES if n > bound]
+        if beyond:
+            self.assertGreater(worst[beyond[0]], switch.HOLD_COST_BOUND)
 
     def test_layers_parse_as_a_file_gives_them(self):
         self.assertEqual(workload.read_layers('# c\nfc 10 2.5\nconv 3\n'),

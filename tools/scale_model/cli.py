@@ -532,7 +532,8 @@ def parser():
     w.add_argument('--table', default='', help='write the shared switch table here')
     w.add_argument('--measure', action='store_true', help='run rd and ring side by side')
     w.add_argument('--steps', action='store_true',
-                   help="step time per cap on auto's switch (the fabrics, 8 ranks per node)")
+                   help="step time per cap on auto's switch, and what holding for urgent "
+                   "operations costs a step per node count (the fabrics, 8 ranks per node)")
     w.add_argument('--nodes', type=lambda s: [int(x) for x in s.split(',')], default=[4, 8])
     w.add_argument('--ranks', type=int, default=1)
     w.add_argument('--rate', default='1gbit')

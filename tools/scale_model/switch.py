@@ -78,6 +78,38 @@ def step_caps(base, layers_of, workloads, ranks):
     return rows, worst
 
 
+HOLD_NODES = [2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096]
+# What a hold may cost a training step at most where the daemon holds (kHoldMaxNodes).
+HOLD_COST_BOUND = 0.10
+
+
+def hold_costs(base, layers_of, workloads, ranks):
+    """What holding for urgent operations costs a step (t_step with holds against without,
+    minus 1) per fabric, workload and node count, and the largest node count up to which it
+    costs at most HOLD_COST_BOUND everywhere: the daemon's kHoldMaxNodes."""
+    import dataclasses
+    from .cli import fabric_params
+    rows, worst = [], {n: 0.0 for n in HOLD_NODES}
+    for wname, compute_ms in workloads:
+        layers = layers_of(wname, compute_ms)
+        for fname in fabrics.FABRICS:
+            p, rate = fabric_params(base, fname)
+            t = model.Tuning(latency_bytes=int(fabric_latency_bytes(fname, base)),
+                             hold_max_nodes=HOLD_NODES[-1])
+            cost = {}
+            for nodes in HOLD_NODES:
+                held, free = (workload.step_times(p, dataclasses.replace(t, hold=h), layers,
+                                                  nodes, ranks, rate)['t_step']
+                              for h in (True, False))
+                cost[nodes] = held / free - 1
+                worst[nodes] = max(worst[nodes], cost[nodes])
+            rows.append({'workload': wname, 'fabric': fname,
+                         'cost': {str(n): c for n, c in cost.items()}})
+    within = [n for n in HOLD_NODES if all(worst[m] <= HOLD_COST_BOUND for m in HOLD_NODES
+                                           if m <= n)]
+    return rows, worst, (max(within) if within else 0)
+
+
 def cmd_switch(a, load_params):
     t = model.Tuning()
     if a.table:
@@ -122,6 +154,16 @@ def cmd_switch(a, load_params):
               f"; least: {best // KIB}K (the daemon's: {t.max_auto_switch // KIB}K)")
         out['steps'] = {'rows': rows, 'worst_loss': {str(c): w for c, w in worst.items()},
                         'best_cap': best}
+        rows, worst, bound = hold_costs(load_params(a.params),
+                                        lambda w, ms: workload.bench_layers(bench, w, 1.0, ms),
+                                        [('resnet50', 213.0), ('bert-large', 441.0)], 8)
+        for r in rows:
+            print(f"{r['workload']:>10} {r['fabric']:>7}: holds cost the step "
+                  + ' '.join(f"{n}:{100 * c:+.1f}%" for n, c in r['cost'].items()))
+        print(f"# holds cost at most {100 * HOLD_COST_BOUND:.0f} % everywhere up to {bound} "
+              f"nodes (the daemon's --sched-hold-max-nodes: {t.hold_max_nodes})")
+        out['holds'] = {'rows': rows, 'worst_cost': {str(n): w for n, w in worst.items()},
+                        'bound': HOLD_COST_BOUND, 'max_nodes': bound}
     if a.measure:
         runner = measure.Runner(a.build, timeout=a.timeout)
         out['measured'] = []

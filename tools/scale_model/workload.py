@@ -3,8 +3,16 @@ posts its gradient's allreduce with its backprop position as priority; the daemo
 ready operations' bytes highest priority first, a slice at a time (the scheduler's units), so
 a later layer's allreduce overtakes an earlier one's remaining bytes. Rounds admit
 operations one round at a time (fused: one algorithm latency per round's group); an
-operation's fixed costs delay when its bytes may start and when it completes, but do not
-occupy the link: other operations' bytes flow meanwhile.
+operation's fixed costs delay when its bytes may start.
+
+Its algorithm's message steps (the round's group's latency) occupy the link too: the priorities
+rise through a step, so every operation is more urgent than those on the network, and the
+daemon holds their units while it runs (Tuning.hold, daemon/engine/urgency.cpp): nothing else
+moves while its steps wait for their messages and their cores. Measured 2026-12-07 on 8 x 2 at
+1 Gbit/s (ResNet-50 at scale 0.25): 580-749 ms a step with the holds, 444-460 with
+`--sched-hold-us=0`; the model with the steps hidden behind other operations' bytes predicted
+458. Without holds (Tuning.hold False, or more nodes than Tuning.hold_max_nodes) they are
+hidden: other operations' bytes flow meanwhile.
 """
 import subprocess
 
@@ -45,6 +53,7 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
     now = 0.0
     ops = []
     round_s = 0.0
+    hold = t.hold and nodes <= t.hold_max_nodes
     for i, (_, elements, compute_us) in enumerate(layers):
         if compute:
             now += compute_us / 1e6
@@ -71,9 +80,12 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
             group.append(order[j])
             j += 1
         tail = max(o['tail'] for o in group)
+        lead = max(group, key=lambda x: x['prio'])
         for o in group:
             o['movable'] = round_end
-            o['tail'] = tail if o is max(group, key=lambda x: x['prio']) else 0.0
+            o['tail'] = tail if o is lead and not hold else 0.0
+        if hold:
+            lead['work'] += tail
     clock = 0.0
     last = 0.0
     pending = sorted(ops, key=lambda o: o['movable'])

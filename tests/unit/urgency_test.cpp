@@ -1,0 +1,87 @@
+// Issue 18 point 4 and issue 20 point 4: which units a daemon holds for a more urgent operation
+// (daemon/engine/urgency.cpp), and that communicators over more than --sched-hold-max-nodes
+// nodes never hold, where the model prices the idle links more than the hold gains.
+#include "engine/urgency.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "config/tuning.hpp"
+#include "engine/job.hpp"
+
+namespace nodecomm::daemon {
+namespace {
+
+constexpr uint64_t kNow = 1'000'000'000;
+
+// A communicator of one local rank on `nodes` nodes with a priority-0 allreduce (seq 1), two
+// chunks of it on the network, and a priority-5 one (seq 2), ready here; `urgent_started` puts a
+// chunk of the urgent one on the network too.
+Communicator comm_with_urgent(uint32_t nodes, bool urgent_started) {
+  CommLayout layout;
+  layout.size = nodes;
+  layout.node_count = nodes;
+  layout.members = {0};
+  Communicator comm(0, layout);
+  for (const auto& [seq, priority] : {std::pair<uint64_t, int32_t>{1, 0}, {2, 5}}) {
+    Submission s{};
+    s.desc.seq = seq;
+    s.desc.count = 1024;
+    s.desc.priority = priority;
+    s.desc.collective = static_cast<uint16_t>(proto::Collective::kAllreduce);
+    s.submitted_ns = kNow;
+    Operation& op = comm.add(0, s);
+    op.phase = seq == 1 ? Operation::Phase::kInterNode : Operation::Phase::kReady;
+    op.scheduled_elems = seq == 1 || urgent_started ? 1024 : 0;
+  }
+  // Two chunks of the less urgent one: one is held even while the oldest goes on.
+  std::vector<uint64_t> started = {1, 1};
+  if (urgent_started) started.push_back(2);
+  for (const uint64_t seq : started) {
+    ScheduledUnit& unit = comm.schedule.units.emplace_back();
+    unit.kind = ScheduledUnit::Kind::kChunk;
+    unit.seqs = {seq};
+  }
+  return comm;
+}
+
+SchedulerTuning direct() {
+  SchedulerTuning t;
+  t.policy = proto::PriorityPolicy::kDirect;
+  return t;
+}
+
+TEST(Urgency, HoldsTheLessUrgentUnitsOnceTheUrgentIsOnTheNetwork) {
+  Communicator comm = comm_with_urgent(4, true);
+  EXPECT_EQ(units_to_hold(comm, direct(), kNow), (std::vector<bool>{true, true, false}));
+}
+
+TEST(Urgency, TheOldestLessUrgentUnitGoesOnUntilThen) {
+  Communicator comm = comm_with_urgent(4, false);
+  EXPECT_EQ(units_to_hold(comm, direct(), kNow), (std::vector<bool>{false, true}));
+}
+
+TEST(Urgency, NoHoldBeyondHoldMaxNodes) {
+  const SchedulerTuning t = direct();
+  ASSERT_EQ(t.hold_max_nodes, kHoldMaxNodes);
+  Communicator at = comm_with_urgent(kHoldMaxNodes, true);
+  EXPECT_FALSE(units_to_hold(at, t, kNow).empty());
+  Communicator beyond = comm_with_urgent(kHoldMaxNodes + 1, true);
+  EXPECT_TRUE(units_to_hold(beyond, t, kNow).empty());
+  SchedulerTuning off = t;
+  off.hold_max_nodes = 0;
+  Communicator two = comm_with_urgent(2, true);
+  EXPECT_TRUE(units_to_hold(two, off, kNow).empty());
+}
+
+TEST(Urgency, NothingIsHeldWithoutPriorities) {
+  SchedulerTuning none;
+  none.policy = proto::PriorityPolicy::kNone;
+  Communicator comm = comm_with_urgent(4, true);
+  EXPECT_TRUE(units_to_hold(comm, none, kNow).empty());
+}
+
+}  // namespace
+}  // namespace nodecomm::daemon
