@@ -1,6 +1,6 @@
 // Issue 18 point 4 and issue 20 point 4: which units a daemon holds for a more urgent operation
 // (daemon/engine/urgency.cpp), and that communicators over more than --sched-hold-max-nodes
-// nodes never hold, where the model prices the idle links more than the hold gains.
+// nodes never hold: beyond it, the model puts the holds' cost above a tenth of a step.
 #include "engine/urgency.hpp"
 
 #include <gtest/gtest.h>
