@@ -1,6 +1,7 @@
 """The recursive-doubling/ring switch (issue 20, item 4): the model's crossover for each node
 count, the latency-bytes (alpha / beta) of this machine and of the projection's fabrics, and
 the switch measured on this machine by running both algorithms side by side."""
+import dataclasses
 import json
 import os
 import statistics
@@ -87,7 +88,6 @@ def hold_costs(base, layers_of, workloads, ranks):
     """What holding for urgent operations costs a step (t_step with holds against without,
     minus 1) per fabric, workload and node count, and the largest node count up to which it
     costs at most HOLD_COST_BOUND everywhere: the daemon's kHoldMaxNodes."""
-    import dataclasses
     from .cli import fabric_params
     rows, worst = [], {n: 0.0 for n in HOLD_NODES}
     for wname, compute_ms in workloads:
