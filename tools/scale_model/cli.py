@@ -520,7 +520,7 @@ def parser():
     j.add_argument('--fabrics', type=lambda s: s.split(','), default=list(fabrics.FABRICS))
     j.add_argument('--workloads', type=lambda s: [(w.split(':')[0], float(w.split(':')[1]))
                                                   for w in s.split(',')],
-                   default=[('resnet50', 213.0), ('bert-large', 441.0)],
+                   default=list(switch.STEP_WORKLOADS),
                    help='NAME:COMPUTE_MS per step,... (default: docs/SCALING.md, "Workloads")')
     j.add_argument('--ranks', type=int, default=8, help='ranks (accelerators) per node')
     j.add_argument('--max-nodes', type=int, default=4096)

@@ -1,6 +1,8 @@
-"""The recursive-doubling/ring switch (issue 20, item 4): the model's crossover for each node
-count, the latency-bytes (alpha / beta) of this machine and of the projection's fabrics, and
-the switch measured on this machine by running both algorithms side by side."""
+"""The defaults the model drives (issue 20, item 4): the recursive-doubling/ring switch (the
+model's crossover for each node count, the latency-bytes (alpha / beta) of this machine and of
+the projection's fabrics, the switch measured on this machine by running both algorithms side
+by side, and the cap on auto's switch from step times), and the node count up to which the
+daemon holds for urgent operations (hold_costs)."""
 import dataclasses
 import json
 import os
@@ -52,6 +54,9 @@ def measured_switch(runner, nodes, ranks, rate, sizes, reps):
     return rows, (max(faster) if faster else 0)
 
 
+# The projection's workloads and compute per step (docs/SCALING.md, "Workloads"), which
+# `project` and `switch --steps` use.
+STEP_WORKLOADS = [('resnet50', 213.0), ('bert-large', 441.0)]
 STEP_CAPS = [32 * KIB, 64 * KIB, 128 * KIB, 256 * KIB, 512 * KIB, 1024 * KIB]
 STEP_NODES = [8, 32, 128, 512, 1024, 4096]
 
@@ -142,9 +147,15 @@ def cmd_switch(a, load_params):
         if not a.params:
             raise SystemExit('switch --steps needs --params')
         bench = os.path.join(a.build, 'bin', 'nodecomm-bench')
-        rows, worst = step_caps(load_params(a.params),
-                                lambda w, ms: workload.bench_layers(bench, w, 1.0, ms),
-                                [('resnet50', 213.0), ('bert-large', 441.0)], 8)
+        base = load_params(a.params)
+        layers = {}
+
+        def layers_of(w, ms):
+            if (w, ms) not in layers:
+                layers[(w, ms)] = workload.bench_layers(bench, w, 1.0, ms)
+            return layers[(w, ms)]
+
+        rows, worst = step_caps(base, layers_of, STEP_WORKLOADS, 8)
         for r in rows:
             print(f"{r['workload']:>10} {r['fabric']:>7} {r['nodes']:>5}: step ms per cap "
                   + ' '.join(f"{c // KIB}K {r['step_s'][str(c)] * 1e3:.1f}" for c in STEP_CAPS))
@@ -154,9 +165,7 @@ def cmd_switch(a, load_params):
               f"; least: {best // KIB}K (the daemon's: {t.max_auto_switch // KIB}K)")
         out['steps'] = {'rows': rows, 'worst_loss': {str(c): w for c, w in worst.items()},
                         'best_cap': best}
-        rows, worst, bound = hold_costs(load_params(a.params),
-                                        lambda w, ms: workload.bench_layers(bench, w, 1.0, ms),
-                                        [('resnet50', 213.0), ('bert-large', 441.0)], 8)
+        rows, worst, bound = hold_costs(base, layers_of, STEP_WORKLOADS, 8)
         for r in rows:
             print(f"{r['workload']:>10} {r['fabric']:>7}: holds cost the step "
                   + ' '.join(f"{n}:{100 * c:+.1f}%" for n, c in r['cost'].items()))
