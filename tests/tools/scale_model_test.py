@@ -490,7 +490,7 @@ class Step(unittest.TestCase):
         p = model.Params(alpha_m=200e-6)
         layers = [('l%d' % i, 1 << 16, 300.0) for i in range(20)]
         held = workload.step_times(p, model.Tuning(), layers, 8, 1, RATE)['t_step']
-        free = workload.step_times(p, model.Tuning(hold=False), layers, 8, 1, RATE)['t_step']
+        free = workload.step_times(p, model.Tuning(hold_max_nodes=0), layers, 8, 1, RATE)['t_step']
         steps = 20 * 2 * 7 * p.alpha_m  # each operation's ring on 8 nodes
         self.assertGreater(held - free, 0.8 * steps)
         self.assertLess(held - free, 1.2 * steps)

@@ -73,9 +73,9 @@ class Tuning:
     loaded_ring_nodes: int = 8       # kLoadedRingMaxNodes: the ring at every size on a loaded
                                      # link up to this (workload.py)
     target_us: int = 2000            # SchedulerTuning::target_delay_us: the window's link time
-    hold: bool = True                # SchedulerTuning::hold_us != 0: a more urgent operation
-                                     # on the network holds the less urgent units (workload.py)
-    hold_max_nodes: int = 32         # kHoldMaxNodes: no holds on more nodes
+    hold_max_nodes: int = 32         # kHoldMaxNodes: a more urgent operation on the network
+                                     # holds the less urgent units on up to this many nodes
+                                     # (workload.py); 0: never, as --sched-hold-us 0
 
 
 @dataclass

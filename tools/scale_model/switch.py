@@ -99,13 +99,12 @@ def hold_costs(base, layers_of, workloads, ranks):
         layers = layers_of(wname, compute_ms)
         for fname in fabrics.FABRICS:
             p, rate = fabric_params(base, fname)
-            t = model.Tuning(latency_bytes=int(fabric_latency_bytes(fname, base)),
-                             hold_max_nodes=HOLD_NODES[-1])
+            t = model.Tuning(latency_bytes=int(fabric_latency_bytes(fname, base)))
             cost = {}
             for nodes in HOLD_NODES:
-                held, free = (workload.step_times(p, dataclasses.replace(t, hold=h), layers,
-                                                  nodes, ranks, rate)['t_step']
-                              for h in (True, False))
+                held, free = (workload.step_times(p, dataclasses.replace(t, hold_max_nodes=h),
+                                                  layers, nodes, ranks, rate)['t_step']
+                              for h in (HOLD_NODES[-1], 0))
                 cost[nodes] = held / free - 1
                 worst[nodes] = max(worst[nodes], cost[nodes])
             rows.append({'workload': wname, 'fabric': fname,

@@ -7,12 +7,12 @@ operation's fixed costs delay when its bytes may start.
 
 Its algorithm's message steps (the round's group's latency) occupy the link too: the priorities
 rise through a step, so every operation is more urgent than those on the network, and the
-daemon holds their units while it runs (Tuning.hold, daemon/engine/urgency.cpp): nothing else
+daemon holds their units while it runs (daemon/engine/urgency.cpp): nothing else
 moves while its steps wait for their messages and their cores. Measured 2026-12-07 on 8 x 2 at
 1 Gbit/s (ResNet-50 at scale 0.25): 580-749 ms a step with the holds, 444-460 with
 `--sched-hold-us=0`; the model with the steps hidden behind other operations' bytes predicted
-458. Without holds (Tuning.hold False, or more nodes than Tuning.hold_max_nodes) they are
-hidden: other operations' bytes flow meanwhile.
+458. Without holds (more nodes than Tuning.hold_max_nodes, or it 0) they are hidden: other
+operations' bytes flow meanwhile.
 """
 import subprocess
 
@@ -53,7 +53,7 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
     now = 0.0
     ops = []
     round_s = 0.0
-    hold = t.hold and nodes <= t.hold_max_nodes
+    hold = nodes <= t.hold_max_nodes
     for i, (_, elements, compute_us) in enumerate(layers):
         if compute:
             now += compute_us / 1e6
