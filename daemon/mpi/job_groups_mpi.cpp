@@ -83,6 +83,8 @@ class MpiJobGroups final : public JobGroupFormer {
     return formation->take();
   }
 
+  void tend(uint64_t now_ns) override { runtime_->retirement().tend(now_ns); }
+
   void cancel(uint64_t id) override {
     auto it = running_.find(id);
     if (it == running_.end()) return;

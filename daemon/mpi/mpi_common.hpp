@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "nodecomm/proto/types.hpp"
@@ -40,6 +41,10 @@ int mpi_tag_ub();
 inline int reserved_tag(ReservedTag which) {
   return mpi_tag_ub() - static_cast<int>(which);
 }
+
+// How a part of the transport lets go of a communicator it made and used: the transport retires
+// it (comm_retirement.hpp), since peers may still be sending in it.
+using CommRelease = std::function<void(MPI_Comm&)>;
 
 std::string mpi_error_text(int code);
 // Throws TransportError "<what> on node <node>: <MPI's text>" unless `code` is MPI_SUCCESS.

@@ -2,14 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace nodecomm::daemon {
 
 MpiGroups::MpiGroups(MPI_Comm base, uint32_t rank, uint32_t lanes, int max_tag,
-                     bool thread_multiple)
+                     bool thread_multiple, CommRelease release)
     : rank_(rank),
       lanes_(lanes),
       max_tag_(max_tag),
       thread_multiple_(thread_multiple),
+      release_(std::move(release)),
       table_(std::make_unique<RequestTable>(rank)) {
   // kAllNodes gets a communicator of its own, so that every group, this one included, is
   // freed alike and none shares its matching with the owner's uses of `base`.
@@ -41,7 +44,7 @@ MpiGroups::~MpiGroups() {
     }
   }
   table_.reset();
-  for (auto& [id, group] : groups_) free_lanes_and_comm(group);
+  for (auto& [id, group] : groups_) release_lanes_and_comm(group);
 }
 
 void MpiGroups::add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes) {
@@ -54,11 +57,11 @@ void MpiGroups::add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes) {
   groups_.emplace(id, std::move(g));
 }
 
-void MpiGroups::free_lanes_and_comm(Group& group) {
+void MpiGroups::release_lanes_and_comm(Group& group) {
   if (group.net) {
-    for (MPI_Comm lane : group.net->lane_comms()) MPI_Comm_free(&lane);
+    for (MPI_Comm lane : group.net->lane_comms()) release_(lane);
   }
-  MPI_Comm_free(&group.comm);
+  release_(group.comm);
 }
 
 const MpiGroups::Group& MpiGroups::group(NodeComm id) const {
@@ -159,7 +162,7 @@ std::vector<NodeComm> MpiGroups::take(TransportHandle handle) {
 void MpiGroups::free(NodeComm id) {
   auto it = groups_.find(id);
   if (it == groups_.end() || id == kAllNodes) return;
-  free_lanes_and_comm(it->second);
+  release_lanes_and_comm(it->second);
   groups_.erase(it);
 }
 

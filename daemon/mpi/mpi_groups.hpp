@@ -20,10 +20,12 @@ namespace nodecomm::daemon {
 class MpiGroups {
  public:
   // kAllNodes is a duplicate of `base` (MPI_COMM_WORLD, or a job's group in the service), with
-  // `lanes` more duplicates for its point-to-point messages (collective over `base`).
-  MpiGroups(MPI_Comm base, uint32_t rank, uint32_t lanes, int max_tag, bool thread_multiple);
+  // `lanes` more duplicates for its point-to-point messages (collective over `base`). Every
+  // communicator it made and used goes to `release` when freed.
+  MpiGroups(MPI_Comm base, uint32_t rank, uint32_t lanes, int max_tag, bool thread_multiple,
+            CommRelease release);
   // Waits for finished creations, leaves blocked ones behind (a peer died), frees every
-  // request and communicator it made (never `base`, which is its owner's).
+  // request and releases every communicator it made (never `base`, which is its owner's).
   ~MpiGroups();
   MpiGroups(const MpiGroups&) = delete;
   MpiGroups& operator=(const MpiGroups&) = delete;
@@ -63,13 +65,14 @@ class MpiGroups {
     std::unique_ptr<MpiPointToPoint> net;
   };
   void add(NodeComm id, MPI_Comm comm, std::vector<MPI_Comm> lanes);
-  static void free_lanes_and_comm(Group& group);
+  void release_lanes_and_comm(Group& group);
   const Group& group(NodeComm id) const;
 
   uint32_t rank_;
   uint32_t lanes_;
   int max_tag_;
   bool thread_multiple_;
+  CommRelease release_;
   NodeComm next_comm_ = 1;
   std::unique_ptr<RequestTable> table_;
   std::unordered_map<NodeComm, Group> groups_;

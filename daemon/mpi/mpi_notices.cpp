@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <utility>
 
 namespace nodecomm::daemon {
 
-MpiNotices::MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size) : rank_(rank), size_(size) {
+MpiNotices::MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size, CommRelease release)
+    : release_(std::move(release)), rank_(rank), size_(size) {
   // Its own communicator, so notices never match an operation's messages.
   check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (notices)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -23,7 +25,7 @@ MpiNotices::~MpiNotices() {
   }
   for (auto& sent : sent_) MPI_Request_free(&sent->request);
   sent_.clear();
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL) release_(comm_);
 }
 
 void MpiNotices::send(uint64_t tag, uint32_t rank, proto::Status status, const std::string& text) {

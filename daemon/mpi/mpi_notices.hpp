@@ -14,8 +14,8 @@ namespace nodecomm::daemon {
 
 class MpiNotices {
  public:
-  // Collective over `world` (duplicates it).
-  MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size);
+  // Collective over `world` (duplicates it); the duplicate goes to `release` when destroyed.
+  MpiNotices(MPI_Comm world, uint32_t rank, uint32_t size, CommRelease release);
   ~MpiNotices();
   MpiNotices(const MpiNotices&) = delete;
   MpiNotices& operator=(const MpiNotices&) = delete;
@@ -40,6 +40,7 @@ class MpiNotices {
   void post_receive();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  CommRelease release_;
   uint32_t rank_;
   uint32_t size_;
   MPI_Request receive_ = MPI_REQUEST_NULL;

@@ -66,6 +66,7 @@ std::shared_ptr<MpiRuntime> MpiRuntime::acquire(int* argc, char*** argv) {
 }
 
 MpiRuntime::~MpiRuntime() {
+  retirement_.free_all();
   if (!owns_ || skip_finalize_.load(std::memory_order_relaxed)) return;
   if (std::this_thread::get_id() != init_thread_) return;
   [[maybe_unused]] const MpiRuntimeAllocations not_leaks;

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "mpi/comm_retirement.hpp"
+
 namespace nodecomm::daemon {
 
 class MpiRuntime {
@@ -35,6 +37,9 @@ class MpiRuntime {
   // a singleton) all tie, are picked in a different order in each process, and two processes
   // connecting to each other for two formations at once then wait for each other for good.
   std::timed_mutex& creation_lock() { return creation_lock_; }
+  // Where the communicators of groups this process left wait until their peers are quiet
+  // (comm_retirement.hpp); freed before MPI_Finalize.
+  CommRetirement& retirement() { return retirement_; }
 
  private:
   MpiRuntime(bool owns, bool thread_multiple)
@@ -47,6 +52,7 @@ class MpiRuntime {
   // count already orders after every store.
   std::atomic<bool> skip_finalize_{false};
   std::timed_mutex creation_lock_;
+  CommRetirement retirement_;
 };
 
 }  // namespace nodecomm::daemon

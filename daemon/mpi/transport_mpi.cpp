@@ -48,10 +48,14 @@ class MpiTransport final : public Transport {
       const unsigned long long n = std::strtoull(v, &end, 10);
       if (*end == '\0' && n >= 1 && n < max_count_) max_count_ = static_cast<size_t>(n);
     }
+    // Peers may still be sending in a communicator this daemon is done with (they have not
+    // noticed yet that its job ended here): retired, not freed (comm_retirement.hpp).
+    const CommRelease release = [this](MPI_Comm& comm) { retire(comm); };
     groups_ = std::make_unique<MpiGroups>(base_, rank_, std::max<uint32_t>(lanes, 1), max_tag,
-                                          runtime_->thread_multiple());
-    notices_ = std::make_unique<MpiNotices>(base_, rank_, size_);
-    liveness_ = std::make_unique<MpiPeerLiveness>(base_, rank_, size_, ipc::monotonic_ns());
+                                          runtime_->thread_multiple(), release);
+    notices_ = std::make_unique<MpiNotices>(base_, rank_, size_, release);
+    liveness_ =
+        std::make_unique<MpiPeerLiveness>(base_, rank_, size_, ipc::monotonic_ns(), release);
   }
 
   ~MpiTransport() override {
@@ -64,7 +68,7 @@ class MpiTransport final : public Transport {
     for (auto& [handle, pending] : requests_) free_requests(pending);
     requests_.clear();
     groups_.reset();
-    if (owns_base_) MPI_Comm_free(&base_);
+    if (owns_base_) retire(base_);
   }
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -97,6 +101,8 @@ class MpiTransport final : public Transport {
   }
   std::vector<LostPeer> check_peers(uint64_t now_ns, uint64_t interval_ns,
                                     uint64_t timeout_ns) override {
+    timeout_ns_ = timeout_ns;
+    runtime_->retirement().tend(now_ns);
     return liveness_->check(now_ns, interval_ns, timeout_ns);
   }
 
@@ -298,6 +304,15 @@ class MpiTransport final : public Transport {
     }
     // NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
   }
+  // A retired communicator is freed once quiet for twice the peers' timeout: a live peer sends a
+  // heartbeat every tenth of it, and stops within one timeout of this daemon's last. At least
+  // kMinQuietNs, which also covers the peers' messages that were in flight.
+  void retire(MPI_Comm& comm) const {
+    static constexpr uint64_t kMinQuietNs = 2'000'000'000;
+    runtime_->retirement().retire(comm, ipc::monotonic_ns(),
+                                  std::max(2 * timeout_ns_, kMinQuietNs));
+  }
+
   TransportHandle remember(Pending pending) {
     const TransportHandle handle = next_++;
     requests_.emplace(handle, std::move(pending));
@@ -317,6 +332,7 @@ class MpiTransport final : public Transport {
   std::unique_ptr<MpiPeerLiveness> liveness_;
   TransportHandle next_ = 1;
   std::unordered_map<TransportHandle, Pending> requests_;
+  uint64_t timeout_ns_ = 0;  // the peers' timeout, as check_peers was last given it
 };
 
 }  // namespace

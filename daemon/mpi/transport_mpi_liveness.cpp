@@ -4,13 +4,15 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 
 #include "mpi/mpi_common.hpp"
 
 namespace nodecomm::daemon {
 
-MpiPeerLiveness::MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns)
-    : rank_(rank), peers_(size) {
+MpiPeerLiveness::MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns,
+                                 CommRelease release)
+    : release_(std::move(release)), rank_(rank), peers_(size) {
   check_mpi(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup (liveness)", rank_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   mine_.from = rank;
@@ -29,7 +31,7 @@ MpiPeerLiveness::~MpiPeerLiveness() {
   for (Peer& peer : peers_) {
     if (peer.send != MPI_REQUEST_NULL) MPI_Request_free(&peer.send);
   }
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (comm_ != MPI_COMM_NULL) release_(comm_);
 }
 
 void MpiPeerLiveness::post_receive() {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/mpi_common.hpp"
 #include "net/peer_silence.hpp"
 #include "net/transport.hpp"
 
@@ -21,8 +22,10 @@ namespace nodecomm::daemon {
 
 class MpiPeerLiveness {
  public:
-  // Collective over `world` (duplicates it); every peer counts as heard from now.
-  MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns);
+  // Collective over `world` (duplicates it); every peer counts as heard from now. The duplicate
+  // goes to `release` when destroyed.
+  MpiPeerLiveness(MPI_Comm world, uint32_t rank, uint32_t size, uint64_t now_ns,
+                  CommRelease release);
   ~MpiPeerLiveness();
   MpiPeerLiveness(const MpiPeerLiveness&) = delete;
   MpiPeerLiveness& operator=(const MpiPeerLiveness&) = delete;
@@ -50,6 +53,7 @@ class MpiPeerLiveness {
   void post_receive();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  CommRelease release_;
   uint32_t rank_;
   std::vector<Peer> peers_;
   Beat incoming_{};

@@ -5,17 +5,21 @@
 // driving every job as the daemon's loop does, with the daemons' liveness checks.
 //
 //   service_groups_check --uri FILE --name LABEL [--peer-timeout S] [--lanes L]
-//                        [--start-file PATH] --job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]] ...
+//                        [--start-file PATH]
+//                        --job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S[:LEAVE_S]]] ...
 //
 // DELAY_S: when to start forming, CANCEL_S: when to give the formation up if it has not
-// formed by then, both in seconds from the start: from READY, or with --start-file from when
-// PATH appears (waited for up to 60 s), so that several processes count from one moment
-// however long each took to join the rendezvous. Prints one line per event, each with the
-// wall-clock time (for the script's deadlines):
+// formed by then (negative: never), both in seconds from the start: from READY, or with
+// --start-file from when PATH appears (waited for up to 60 s), so that several processes count
+// from one moment however long each took to join the rendezvous. LEAVE_S: this node drops the
+// job's transport that long after it formed (between two rounds), as a daemon whose part of a
+// job ended while its peers' part goes on. Prints one line per event, each with the wall-clock time (for
+// the script's deadlines):
 //   <t> <label> FORMED <key> node <n>/<N> in <s> s
 //   <t> <label> DONE <key> exact rounds <R>
 //   <t> <label> ERROR <key>: <text>
 //   <t> <label> CANCELLED <key>
+//   <t> <label> LEFT <key> after round <r>
 // A lost peer (check_peers) ends its job with an ERROR line, as the engine fails the job's
 // operations. Exit status 0 once every job has a DONE, ERROR or CANCELLED line, 2 on a usage
 // error or if the rendezvous cannot be joined.
@@ -78,10 +82,12 @@ struct Job {
   uint32_t rounds = 1;
   double delay_s = 0;
   double cancel_s = -1;
+  double leave_s = -1;
 
   Phase phase = Phase::kWaiting;
   uint64_t id = 0;
   uint64_t started_ns = 0;
+  uint64_t formed_ns = 0;
   std::unique_ptr<Transport> transport;
   uint32_t round = 0;
   uint64_t pause_until_ns = 0;
@@ -101,15 +107,17 @@ bool parse_job(const std::string& spec, Job& job) {
   unsigned node = 0, nodes = 0, rounds = 0;
   double delay = 0;
   double cancel = -1;
-  const int n = std::sscanf(spec.c_str(), "%255[^:]:%u:%u:%u:%lf:%lf", key, &node, &nodes, &rounds,
-                            &delay, &cancel);
+  double leave = -1;
+  const int n = std::sscanf(spec.c_str(), "%255[^:]:%u:%u:%u:%lf:%lf:%lf", key, &node, &nodes,
+                            &rounds, &delay, &cancel, &leave);
   if (n < 4) return false;
   job.key = key;
   job.node = node;
   job.nodes = nodes;
   job.rounds = rounds;
   job.delay_s = n >= 5 ? delay : 0;
-  job.cancel_s = n == 6 ? cancel : -1;
+  job.cancel_s = n >= 6 ? cancel : -1;
+  job.leave_s = n == 7 ? leave : -1;
   return true;
 }
 
@@ -178,6 +186,7 @@ bool step(JobGroupFormer& former, Job& job, uint64_t start_ns, uint64_t peer_tim
         return true;
       }
       say("FORMED {} node {}/{} in {:.3f} s", job.key, job.node, job.nodes, took);
+      job.formed_ns = monotonic_ns();
       start_round(job);
       return true;
     }
@@ -185,6 +194,14 @@ bool step(JobGroupFormer& former, Job& job, uint64_t start_ns, uint64_t peer_tim
       break;
   }
   if (job.phase == Phase::kOver) return false;
+  // Between rounds, so that nothing of this node's is left in flight in the group.
+  if (job.leave_s >= 0 && job.phase == Phase::kPause &&
+      now - job.formed_ns >= static_cast<uint64_t>(job.leave_s * 1e9)) {
+    say("LEFT {} after round {}", job.key, job.round);
+    job.transport.reset();
+    job.phase = Phase::kOver;
+    return true;
+  }
   // Liveness, as the daemon's loop runs it: 100 ms heartbeats.
   for (const auto& lost : job.transport->check_peers(now, 100000000ULL, peer_timeout_ns)) {
     end_job(job, lost.text);
@@ -260,7 +277,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--job" && has_value) {
       Job job;
       if (!parse_job(argv[++i], job)) {
-        std::fprintf(stderr, "bad --job %s (KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]])\n",
+        std::fprintf(stderr,
+                     "bad --job %s (KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S[:LEAVE_S]]])\n",
                      argv[i]);
         return 2;
       }
@@ -268,7 +286,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --uri FILE --name LABEL [--start-file PATH] "
-                   "--job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]]\n",
+                   "--job KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S[:LEAVE_S]]]\n",
                    argv[0]);
       return 2;
     }
@@ -311,6 +329,8 @@ int main(int argc, char** argv) {
     bool busy = false;
     bool open = false;
     bool running = false;
+    // As the daemon's loop: the groups left behind are looked after between the jobs' steps.
+    former->tend(monotonic_ns());
     for (Job& job : jobs) {
       try {
         busy = step(*former, job, start_ns, peer_timeout_ns) || busy;
