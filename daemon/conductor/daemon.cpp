@@ -266,6 +266,7 @@ void Daemon::check_client_heartbeats(uint64_t now) {
 
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
+  transport_.tend(now);
   if (job_groups_ != nullptr) job_groups_->tend(now);
   check_peers(now);
   check_client_heartbeats(now);

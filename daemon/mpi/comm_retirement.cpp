@@ -13,7 +13,9 @@ constexpr int kDrainPerTend = 256;
 
 }  // namespace
 
-CommRetirement::~CommRetirement() { free_all(); }
+CommRetirement::~CommRetirement() {
+  free_all();
+}
 
 void CommRetirement::retire(MPI_Comm& comm, uint64_t now_ns, uint64_t quiet_ns) {
   if (comm == MPI_COMM_NULL) return;
@@ -29,8 +31,7 @@ bool CommRetirement::drain(Retired& r, uint64_t now_ns) {
     int flag = 0;
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status{};
-    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, r.comm, &flag, &message, &status) !=
-        MPI_SUCCESS) {
+    if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, r.comm, &flag, &message, &status) != MPI_SUCCESS) {
       return false;
     }
     if (flag == 0) return true;

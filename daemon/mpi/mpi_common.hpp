@@ -33,7 +33,9 @@ MPI_Op to_mpi(proto::RedOp op, proto::DType t);
 // freed the communicator (heartbeats, notices, a formation's messages to a daemon that already
 // left). Open MPI hands such a message to the next communicator given the freed context id,
 // which in the service (groups come and go with jobs) may be a new job's: there it must not
-// match an operation's receive. The algorithms' point-to-point tags stay below.
+// match an operation's receive. Retirement (comm_retirement.hpp) keeps a left group's
+// communicators until their peers are quiet; these tags are for what comes later still. The
+// algorithms' point-to-point tags stay below.
 enum class ReservedTag { kLiveness = 0, kNotices = 1, kFormation = 2 };
 inline constexpr int kReservedTags = 3;
 // MPI_TAG_UB, a property of the library: the same in every process and on every communicator.

@@ -102,9 +102,9 @@ class MpiTransport final : public Transport {
   std::vector<LostPeer> check_peers(uint64_t now_ns, uint64_t interval_ns,
                                     uint64_t timeout_ns) override {
     timeout_ns_ = timeout_ns;
-    runtime_->retirement().tend(now_ns);
     return liveness_->check(now_ns, interval_ns, timeout_ns);
   }
+  void tend(uint64_t now_ns) override { runtime_->retirement().tend(now_ns); }
 
   // NativeCollectives. Counts beyond MPI's int go as several calls where the operation allows
   // it (reductions: nonblocking collectives on one communicator match in start order on every

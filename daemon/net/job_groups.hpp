@@ -32,8 +32,7 @@ class JobGroupFormer {
   virtual void cancel(uint64_t id) = 0;
   // Looks after the groups this daemon left: what their peers still send in them is received
   // and dropped until they fall quiet, then they are freed (daemon/mpi/comm_retirement.hpp).
-  // Called regularly by the daemon's loop (the transports' check_peers does it too, while any
-  // group is up). Never blocks.
+  // Called regularly by the daemon's loop. Never blocks.
   virtual void tend(uint64_t now_ns) = 0;
 };
 

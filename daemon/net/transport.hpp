@@ -126,6 +126,10 @@ class PeerNotices {
                                             uint64_t /*timeout_ns*/) {
     return {};
   }
+  // Looks after the groups this transport freed (split groups): what peers still send in them
+  // is dropped until they fall quiet (the MPI transport's comm_retirement.hpp). The service's
+  // job groups are looked after by JobGroupFormer::tend. Called regularly; never blocks.
+  virtual void tend(uint64_t /*now_ns*/) {}
 };
 
 class Transport : public NodeGroups, public NativeCollectives, public PeerNotices {

@@ -35,7 +35,9 @@ constexpr uint64_t kQuietNs = 500'000'000;
 constexpr uint64_t kReceiveNs = 2'000'000'000;
 
 // Process 0 sends 0..kCount-1 in `comm`; process 1 checks them. Returns what went wrong ("" if
-// nothing), at process 1.
+// nothing), at process 1. Each receive is completed by MPI_Test, or cancelled and freed at its
+// deadline.
+// NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker)
 std::string numbered(MPI_Comm comm, int rank, const char* name) {
   for (int i = 0; i < kCount; ++i) {
     if (rank == 0) {
@@ -57,6 +59,7 @@ std::string numbered(MPI_Comm comm, int rank, const char* name) {
   }
   return {};
 }
+// NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
 
 }  // namespace
 

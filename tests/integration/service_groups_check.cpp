@@ -13,8 +13,8 @@
 // --start-file from when PATH appears (waited for up to 60 s), so that several processes count
 // from one moment however long each took to join the rendezvous. LEAVE_S: this node drops the
 // job's transport that long after it formed (between two rounds), as a daemon whose part of a
-// job ended while its peers' part goes on. Prints one line per event, each with the wall-clock time (for
-// the script's deadlines):
+// job ended while its peers' part goes on. Prints one line per event, each with the wall-clock time
+// (for the script's deadlines):
 //   <t> <label> FORMED <key> node <n>/<N> in <s> s
 //   <t> <label> DONE <key> exact rounds <R>
 //   <t> <label> ERROR <key>: <text>
