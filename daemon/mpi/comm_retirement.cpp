@@ -53,7 +53,8 @@ size_t CommRetirement::tend(uint64_t now_ns) {
   if (retired_.empty()) return 0;
   std::erase_if(retired_, [&](Retired& r) {
     const bool ok = drain(r, now_ns);
-    if (ok && now_ns - r.last_heard_ns < r.quiet_ns) return false;
+    // A communicator retired after `now_ns` was read is not yet quiet either.
+    if (ok && (now_ns < r.last_heard_ns || now_ns - r.last_heard_ns < r.quiet_ns)) return false;
     if (r.dropped > 0) {
       NC_LOG(kInfo, "freed a communicator of a group this daemon left, after {} late message(s)",
              r.dropped);

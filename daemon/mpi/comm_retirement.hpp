@@ -7,8 +7,9 @@
 // communicator may be another job's: the late message is matched there, and the new
 // communicator's own messages with the same sequence numbers are then taken as out of order
 // and wait for good. A peer's heartbeats sent in a group this daemon had just left stalled the
-// heartbeats, or the data, of the next job on the same daemons (service_jobs, 2026-12-07; and
-// comm_retirement_2 shows the misdelivery with two plain MPI processes).
+// heartbeats, or the data, of the next job on the same daemons (service_jobs, 2026-12-07;
+// tests/integration/comm_retirement_check.cpp --free shows the misdelivery with two plain MPI
+// processes).
 //
 // So a group's communicators are not freed when it ends but retired: they stay allocated,
 // which keeps their context ids from being reused, and every message that still arrives is

@@ -428,7 +428,7 @@ def cmd_project(a):
                                'limit': max(('latency', 'wire', 'round', 'local'),
                                             key=lambda k: parts[k])})
             out['fabrics'].setdefault(fname, {})[wname] = series
-    with open(os.path.join(a.out_dir, 'projection.json'), 'w') as f:
+    with open(os.path.join(a.out_dir, 'scale-projection.json'), 'w') as f:
         json.dump(out, f, indent=1)
     plots.projection(out, a.out_dir)
     for fname, per in out['fabrics'].items():
