@@ -327,12 +327,14 @@ class MpiTransport final : public Transport {
   uint32_t size_ = 1;
   // The largest count one MPI call takes: int (NODECOMM_TEST_MPI_MAX_COUNT may lower it).
   size_t max_count_ = static_cast<size_t>(INT_MAX);
+  // The peers' timeout, as check_peers was last given it. Before the members that retire
+  // communicators through retire(), which reads it, also when a throwing constructor unwinds.
+  uint64_t timeout_ns_ = 0;
   std::unique_ptr<MpiGroups> groups_;
   std::unique_ptr<MpiNotices> notices_;
   std::unique_ptr<MpiPeerLiveness> liveness_;
   TransportHandle next_ = 1;
   std::unordered_map<TransportHandle, Pending> requests_;
-  uint64_t timeout_ns_ = 0;  // the peers' timeout, as check_peers was last given it
 };
 
 }  // namespace
