@@ -13,45 +13,9 @@
 #   service_groups.sh CHECK_BINARY
 # Exit 77 (skipped) without ompi-server or the check program.
 set -uo pipefail
-CHECK=$1
-if ! command -v ompi-server >/dev/null 2>&1; then
-  echo "SKIP: ompi-server (Open MPI's rendezvous server, Debian package openmpi-bin) is missing"
-  exit 77
-fi
-if [ ! -x "$CHECK" ]; then
-  echo "SKIP: $CHECK was not built (tools/sanitize.sh --ci builds only its CI_TARGETS)"
-  exit 77
-fi
-DIR=$(mktemp -d /tmp/service_groups.XXXXXX)
-pids=()
-cleanup() {
-  # The timeouts and the nodes under them (a SIGKILLed timeout leaves its child running).
-  for log in "$DIR"/n*.log; do
-    pid=$(awk '/ READY pid / { print $5 }' "$log" 2>/dev/null)
-    [ -n "$pid" ] && pids+=("$pid")
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-fail() {
-  echo "service_groups: $*"
-  for f in "$DIR"/*.log; do echo "== $f"; cat "$f"; done
-  exit 1
-}
-
-# Singletons run as root only with these; each exchange (connect/accept) waits at most 2 s,
-# which is what a dead node 0's stale names cost a joiner.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_pmix_base_exchange_timeout=2
-
-# The server itself, not under timeout (a SIGKILLed timeout leaves its child running): it is
-# killed at the end, however the script ends.
-ompi-server --no-daemonize -r "$DIR/uri" >"$DIR/server.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$DIR/uri" ] && break; sleep 0.1; done
-[ -s "$DIR/uri" ] || fail "ompi-server wrote no URI file within 10 s"
+source "$(dirname "$0")/service_groups_lib.sh"
+service_groups_begin service_groups "$1"
+service_groups_server
 
 node() {  # node LABEL JOB...: starts a node in the background; its pid is in $last
   local label=$1

@@ -8,38 +8,11 @@
 #   service_groups_errors.sh CHECK_BINARY
 # Exit 77 (skipped) without ompi-server or the check program.
 set -uo pipefail
-CHECK=$1
-if ! command -v ompi-server >/dev/null 2>&1; then
-  echo "SKIP: ompi-server (Open MPI's rendezvous server, Debian package openmpi-bin) is missing"
-  exit 77
-fi
-if [ ! -x "$CHECK" ]; then
-  echo "SKIP: $CHECK was not built (tools/sanitize.sh --ci builds only its CI_TARGETS)"
-  exit 77
-fi
-DIR=$(mktemp -d /tmp/service_groups_errors.XXXXXX)
-pids=()
-cleanup() {
-  for log in "$DIR"/e*.log; do
-    pid=$(awk '/ READY pid / { print $5 }' "$log" 2>/dev/null)
-    [ -n "$pid" ] && pids+=("$pid")
-  done
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-fail() {
-  echo "service_groups_errors: $*"
-  for f in "$DIR"/*.log; do echo "== $f"; cat "$f"; done
-  exit 1
-}
+source "$(dirname "$0")/service_groups_lib.sh"
+service_groups_begin service_groups_errors "$1"
 expect() {  # expect LABEL TEXT
   grep -qF -- "$2" "$DIR/$1.log" || fail "$1 did not print: $2"
 }
-
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_pmix_base_exchange_timeout=2
 
 # (g) first, without a server: nothing may reach MPI_Init.
 out=$(timeout 30 "$CHECK" --uri "$DIR/missing.uri" --name g --job X:0:2:1 2>&1)
@@ -57,10 +30,7 @@ out=$(timeout 30 "$CHECK" --uri "$DIR/dead.uri" --name g --job X:0:2:1 2>&1)
 grep -qF "the rendezvous server in $DIR/dead.uri does not answer (tcp://" <<<"$out" ||
   fail "URI file of a dead server: $out"
 
-ompi-server --no-daemonize -r "$DIR/uri" >"$DIR/server.log" 2>&1 &
-pids+=($!)  # killed at the end, however the script ends
-for _ in $(seq 100); do [ -s "$DIR/uri" ] && break; sleep 0.1; done
-[ -s "$DIR/uri" ] || fail "ompi-server wrote no URI file within 10 s"
+service_groups_server
 
 # KEY:NODE:NODES:ROUNDS[:DELAY_S[:CANCEL_S]]. F and G are 3-node jobs whose node 2 never comes.
 # Delays count from one moment for both (the start file, made once both have joined the
