@@ -41,6 +41,26 @@ launch() {
   return 1
 }
 
+# check_overlap FILE: overlap_efficiency is (t_compute + t_comm - t_step) / min(t_compute,
+# t_comm) of the same record. Its value has no fixed lower bound: one slow step on an
+# oversubscribed machine (a 106 ms median step against 12 ms of compute and communication, once
+# in CI) makes it as negative as it likes, so the test checks the definition, not a range.
+check_overlap() {
+  local f=$1 v c m s
+  v=$(field "$f" overlap_efficiency)
+  c=$(field "$f" t_compute)
+  m=$(field "$f" t_comm)
+  s=$(field "$f" t_step)
+  if awk -v v="$v" -v c="$c" -v m="$m" -v s="$s" 'BEGIN {
+       least = c < m ? c : m; want = (c + m - s) / least; d = v - want
+       exit !(v != "" && least > 0 && v < 10 && (d < 0 ? -d : d) <= 1e-6 * (1 + (want < 0 ? -want : want)))
+     }' </dev/null; then
+    pass "$(basename "$f"): overlap_efficiency = $v, from its times"
+  else
+    fail "$(basename "$f"): overlap_efficiency = $v, expected (t_compute $c + t_comm $m - t_step $s) / min, below 10"
+  fi
+}
+
 workload_fields() {  # FILE BACKEND
   local f=$1
   check "$f" mode 'v == "workload"'
@@ -56,7 +76,7 @@ workload_fields() {  # FILE BACKEND
   check "$f" t_compute 'v > 7.5 && v < 40'
   check "$f" t_comm 'v > 0 && v < 5000'
   check "$f" t_step 'v > 7.5 && v < 5000'
-  check "$f" overlap_efficiency 'v > -10 && v < 10'
+  check_overlap "$f"
   check "$f" first_layer_ready_us 'v > 0 && v < 5e6'
   check "$f" t_step_one_node 'v > 7.5 && v < 5000'
   check "$f" scaling_efficiency 'v > 0 && v < 100'
