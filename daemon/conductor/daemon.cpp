@@ -266,8 +266,15 @@ void Daemon::check_client_heartbeats(uint64_t now) {
 
 void Daemon::heartbeat() {
   const uint64_t now = ipc::monotonic_ns();
-  transport_.tend(now);
-  if (job_groups_ != nullptr) job_groups_->tend(now);
+  // At most one of the two is backed by MPI (world mode's transport, or the service's job
+  // groups), so the sum counts each retired communicator once.
+  RetiredComms retired = transport_.tend(now);
+  if (job_groups_ != nullptr) {
+    const RetiredComms groups = job_groups_->tend(now);
+    retired.retired += groups.retired;
+    retired.late_dropped += groups.late_dropped;
+  }
+  counters_.retired_comms(retired);
   check_peers(now);
   check_client_heartbeats(now);
   check_deadlines(now);

@@ -83,7 +83,11 @@ class MpiJobGroups final : public JobGroupFormer {
     return formation->take();
   }
 
-  void tend(uint64_t now_ns) override { runtime_->retirement().tend(now_ns); }
+  RetiredComms tend(uint64_t now_ns) override {
+    CommRetirement& r = runtime_->retirement();
+    const size_t retired = r.tend(now_ns);
+    return {retired, r.dropped()};
+  }
 
   void cancel(uint64_t id) override {
     auto it = running_.find(id);

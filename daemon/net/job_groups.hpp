@@ -33,7 +33,7 @@ class JobGroupFormer {
   // Looks after the groups this daemon left: what their peers still send in them is received
   // and dropped until they fall quiet, then they are freed (daemon/mpi/comm_retirement.hpp).
   // Called regularly by the daemon's loop. Never blocks.
-  virtual void tend(uint64_t now_ns) = 0;
+  virtual RetiredComms tend(uint64_t now_ns) = 0;
 };
 
 // An MPI singleton joined to the rendezvous server whose URI is in `uri_file` (ompi-server -r).

@@ -99,6 +99,14 @@ class NativeCollectives {
   virtual TransportHandle start_barrier(NodeComm comm) = 0;
 };
 
+// What the groups this process left still hold (daemon/mpi/comm_retirement.hpp), for the
+// counters: communicators retired and not yet quiet, and late messages dropped in them over
+// the process's life.
+struct RetiredComms {
+  uint64_t retired = 0;
+  uint64_t late_dropped = 0;
+};
+
 // Out-of-band messages between daemons, outside every operation's ordering.
 class PeerNotices {
  public:
@@ -129,7 +137,7 @@ class PeerNotices {
   // Looks after the groups this transport freed (split groups): what peers still send in them
   // is dropped until they fall quiet (the MPI transport's comm_retirement.hpp). The service's
   // job groups are looked after by JobGroupFormer::tend. Called regularly; never blocks.
-  virtual void tend(uint64_t /*now_ns*/) {}
+  virtual RetiredComms tend(uint64_t /*now_ns*/) { return {}; }
 };
 
 class Transport : public NodeGroups, public NativeCollectives, public PeerNotices {

@@ -255,6 +255,12 @@ void CountersPublisher::stall_reported() {
   if (active()) counter_add(seg_->totals.stalls_reported, 1);
 }
 
+void CountersPublisher::retired_comms(const RetiredComms& retired) {
+  if (!active()) return;
+  counter_store(seg_->totals.comms_retired, retired.retired);
+  counter_store(seg_->totals.late_messages_dropped, retired.late_dropped);
+}
+
 void CountersPublisher::client_accepted() {
   if (active()) counter_add(seg_->totals.clients_accepted, 1);
 }

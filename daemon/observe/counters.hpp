@@ -27,6 +27,7 @@ class ClientSession;
 class Communicator;
 class Job;
 class Transport;
+struct RetiredComms;
 struct Operation;
 struct ScheduledUnit;
 
@@ -56,6 +57,8 @@ class CountersPublisher final : public EngineObserver {
   void stall_reported() override;
   // Daemon hooks.
   void client_accepted();
+  // The groups this daemon left (Transport::tend, JobGroupFormer::tend).
+  void retired_comms(const RetiredComms& retired);
   void admin_request(bool refused);
   // The settings table: after start and after every accepted `set` (`changed`).
   void publish_params(const DaemonConfig& config, bool changed);

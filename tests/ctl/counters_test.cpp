@@ -4,6 +4,7 @@
 #include "observe/counters.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -42,7 +43,11 @@ TEST(CountersLayout, SectionsSitWhereReadersExpectThem) {
   EXPECT_EQ(sizeof(proto::JobSlot), 280u);
   EXPECT_GE(proto::kCounterCollectives, static_cast<uint32_t>(proto::Collective::kCount));
   EXPECT_EQ(proto::kCounterJobs, 32u);  // nodecommd's default --max-jobs
-  EXPECT_EQ(proto::kCountersLayoutVersion, 3u);
+  EXPECT_EQ(proto::kCountersLayoutVersion, 4u);
+  // Version 4 took the last two reserved words of Totals; nothing else moved.
+  EXPECT_EQ(offsetof(proto::Totals, sched_eager), 29u * 8);
+  EXPECT_EQ(offsetof(proto::Totals, comms_retired), 30u * 8);
+  EXPECT_EQ(offsetof(proto::Totals, late_messages_dropped), 31u * 8);
   EXPECT_EQ(proto::kTraceLayoutVersion, 2u);
   EXPECT_EQ(sizeof(proto::TraceEvent), 96u);
 }
@@ -153,6 +158,18 @@ TEST(CountersSegment, PublisherToReaderRoundTrip) {
     s = view.read();
     EXPECT_GE(s.totals.ring_slices, 5u);
     EXPECT_GE(s.totals.ring_allreduces, 1u);
+
+    // The groups this daemon left: a gauge and a counter, as the heartbeat pass hands them.
+    EXPECT_EQ(s.totals.comms_retired, 0u);
+    EXPECT_EQ(s.totals.late_messages_dropped, 0u);
+    publisher.retired_comms(daemon::RetiredComms{3, 20});
+    s = view.read();
+    EXPECT_EQ(s.totals.comms_retired, 3u);
+    EXPECT_EQ(s.totals.late_messages_dropped, 20u);
+    publisher.retired_comms(daemon::RetiredComms{0, 20});
+    s = view.read();
+    EXPECT_EQ(s.totals.comms_retired, 0u);
+    EXPECT_EQ(s.totals.late_messages_dropped, 20u);
   }
   // The publisher unlinks its segment when it goes.
   EXPECT_NE(::access(("/dev/shm" + name).c_str(), F_OK), 0);
@@ -380,14 +397,16 @@ TEST(CountersSegment, ReaderRefusesOtherLayouts) {
   } catch (const ctl::RuntimeError& e) {
     EXPECT_NE(std::string(e.what()).find("layout version"), std::string::npos) << e.what();
   }
-  // A daemon of the release before (one job section, layout 2): both versions are named.
-  seg->header.layout_version = 2;
+  // A daemon of the release before (layout 3, with Totals' last words reserved): both
+  // versions are named.
+  seg->header.layout_version = proto::kCountersLayoutVersion - 1;
   try {
     ctl::CountersView view(name);
-    ADD_FAILURE() << "layout version 2 was accepted";
+    ADD_FAILURE() << "the layout before was accepted";
   } catch (const ctl::RuntimeError& e) {
-    EXPECT_NE(std::string(e.what()).find("has counters layout version 2, this nodecommctl reads "
-                                         "version 3"),
+    EXPECT_NE(std::string(e.what()).find(
+                  fmt::format("has counters layout version {}, this nodecommctl reads version {}",
+                              proto::kCountersLayoutVersion - 1, proto::kCountersLayoutVersion)),
               std::string::npos)
         << e.what();
   }

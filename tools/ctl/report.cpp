@@ -408,6 +408,8 @@ constexpr CounterField kCounters[] = {
     {"sched_eager", &proto::Totals::sched_eager,
      "Small allreduces completed inside a scheduling round"},
     {"sched_unit_bytes", &proto::Totals::sched_unit_bytes, "Bytes of scheduled transfers"},
+    {"late_messages_dropped", &proto::Totals::late_messages_dropped,
+     "Messages peers sent into groups this daemon had left, dropped"},
     {"ring_allreduces", &proto::Totals::ring_allreduces, "Inter-node allreduces by the ring"},
     {"ring_slices", &proto::Totals::ring_slices, "Ring slices (chunk-size pieces per block)"},
     {"rd_allreduces", &proto::Totals::rd_allreduces, "Inter-node recursive-doubling allreduces"},
@@ -454,6 +456,8 @@ constexpr CounterField kGauges[] = {
     {"busbw_ewma_bytes_per_second", &proto::Totals::busbw_ewma_bps,
      "Allreduce bus bandwidth, moving average"},
     {"tracing", &proto::Totals::tracing, "1 while a trace is recorded"},
+    {"comms_retired", &proto::Totals::comms_retired,
+     "Communicators of left groups not yet freed (still draining)"},
 };
 }  // namespace
 

@@ -33,7 +33,8 @@ inline constexpr uint64_t kCountersMagic = 0x31524e43444f4e4eULL;  // "NNODCNR1"
 // 2: Totals::sched_eager. 3: one daemon serves many jobs, so the one JobSection became a
 // jobs table (JobsSection, with each job's owner uid, serial and completed operations), and
 // clients and operations name their job (ClientSlot::job, OpSlot::job), TraceEvent::job.
-inline constexpr uint32_t kCountersLayoutVersion = 3;
+// 4: Totals::comms_retired and late_messages_dropped, in what were reserved words.
+inline constexpr uint32_t kCountersLayoutVersion = 4;
 inline constexpr uint64_t kTraceMagic = 0x3145435254434e4eULL;  // "NNCTRCE1" little-endian
 // 2: TraceEvent::job and the trace's jobs table (TraceJob) between the header and the events.
 inline constexpr uint32_t kTraceLayoutVersion = 2;
@@ -137,18 +138,19 @@ struct Totals {
   uint64_t settings_changed;
   uint64_t trace_events;  // events written to the trace buffer
   // Gauges.
-  uint64_t clients;             // connected (admin connections included)
-  uint64_t submission_backlog;  // descriptors published by clients, not yet taken
-  uint64_t completion_backlog;  // completions waiting for room in clients' rings
-  uint64_t ops_in_flight;       // operations submitted by some rank and not yet complete
-  uint64_t units_in_flight;     // scheduled transfers on the network
-  uint64_t bytes_in_flight;     // their bytes
-  uint64_t busbw_last_bps;      // allreduce bus bandwidth over the last interval, bytes/s
-  uint64_t busbw_ewma_bps;      // its exponentially weighted moving average (alpha 1/4)
-  uint64_t busbw_interval_ns;   // length of that interval
-  uint64_t tracing;             // 1 while a trace is being recorded
-  uint64_t sched_eager;         // counter: small allreduces completed inside a scheduling round
-  uint64_t reserved[32 - 30];
+  uint64_t clients;                // connected (admin connections included)
+  uint64_t submission_backlog;     // descriptors published by clients, not yet taken
+  uint64_t completion_backlog;     // completions waiting for room in clients' rings
+  uint64_t ops_in_flight;          // operations submitted by some rank and not yet complete
+  uint64_t units_in_flight;        // scheduled transfers on the network
+  uint64_t bytes_in_flight;        // their bytes
+  uint64_t busbw_last_bps;         // allreduce bus bandwidth over the last interval, bytes/s
+  uint64_t busbw_ewma_bps;         // its exponentially weighted moving average (alpha 1/4)
+  uint64_t busbw_interval_ns;      // length of that interval
+  uint64_t tracing;                // 1 while a trace is being recorded
+  uint64_t sched_eager;            // counter: small allreduces completed inside a scheduling round
+  uint64_t comms_retired;          // communicators of groups this daemon left, not yet freed
+  uint64_t late_messages_dropped;  // counter: messages peers sent into them after it left
 };
 static_assert(sizeof(Totals) == size_t{32} * 8);
 
