@@ -7,7 +7,8 @@
 #     and 2) starts while they run; all exact;
 #  2. A and B soak (every result checked); one rank of A is SIGKILLed: A fails within 5 s
 #     naming the lost rank; B stays exact and no iteration of B takes over 1 s; then a new job
-#     on nodes 0-1 is exact;
+#     on nodes 0-1 is exact; nodecommctl counters on node 1 then shows the groups it left
+#     kept (comms_retired) and, within 30 s, all of them freed;
 #  3. a job on nodes 1-2 and one on nodes 0-1 soak; node 2's daemon is SIGKILLed: the job on
 #     nodes 1-2 fails within 5 s naming the lost node, the one on nodes 0-1 stays exact; node
 #     2's daemon is restarted as systemd would, and within 10 s a job across nodes 0-2 is exact.
@@ -156,6 +157,28 @@ attach C2 "$BIN" :: --job jobC2 --nodes 2 --ranks-per-node 2 --on-nodes 0,1 \
   -- "$BIN/collectives_check" --counts 1,1000
 wait $! || fail "job C2 on nodes 0-1 after A2's failure was not exact"
 echo "service_jobs: job C2 on nodes 0-1 exact after A2's failure"
+
+# The groups a daemon left are kept (retired) until no late message arrived in them for twice
+# the peer timeout (6 s here), then freed: nodecommctl counters shows them while kept, and
+# what late messages it dropped (A2's, in most runs).
+ctl_total() {  # NODE FIELD
+  "$BIN/nodecommctl" --instance "$NAME-node$1" --json counters 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["totals"][sys.argv[1]])' "$2" 2>/dev/null
+}
+seen=
+deadline=$(($(date +%s) + 10))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  r=$(ctl_total 1 comms_retired)
+  [ "${r:-0}" -gt 0 ] && { seen=$r; break; }
+  sleep 0.2
+done
+[ -n "$seen" ] || fail "nodecommctl counters on node 1 never showed C2's retired communicators"
+deadline=$(($(date +%s) + 30))
+while [ "$(date +%s)" -lt "$deadline" ] && [ "$(ctl_total 1 comms_retired)" != 0 ]; do sleep 0.5; done
+[ "$(ctl_total 1 comms_retired)" = 0 ] ||
+  fail "node 1 still kept $(ctl_total 1 comms_retired) retired communicator(s) 30 s after C2"
+echo "service_jobs: node 1 kept $seen retired communicator(s) after C2, freed them all;" \
+  "late messages dropped: $(ctl_total 1 late_messages_dropped)"
 
 # 3. Node 2's daemon is killed; the job away from it carries on; node 2 rejoins.
 attach D "$BIN" :: --job jobD --nodes 2 --ranks-per-node 2 --on-nodes 0,1 -- $(soak "$BIN" 15 stopD)
