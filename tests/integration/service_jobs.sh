@@ -173,6 +173,9 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
   sleep 0.2
 done
 [ -n "$seen" ] || fail "nodecommctl counters on node 1 never showed C2's retired communicators"
+left=$("$BIN/nodecommctl" --instance "$NAME-node1" status 2>&1 | grep '^left ')
+[ -n "$left" ] || fail "nodecommctl status on node 1 has no 'left' line while groups are kept"
+echo "service_jobs: node 1's status: $left"
 deadline=$(($(date +%s) + 30))
 while [ "$(date +%s)" -lt "$deadline" ] && [ "$(ctl_total 1 comms_retired)" != 0 ]; do sleep 0.5; done
 [ "$(ctl_total 1 comms_retired)" = 0 ] ||

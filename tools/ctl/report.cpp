@@ -232,6 +232,8 @@ Json status_json(const Snapshot& s) {
           {"busbw_bps", t.busbw_last_bps},
           {"busbw_ewma_bps", t.busbw_ewma_bps},
           {"tracing", t.tracing != 0},
+          {"comms_retired", t.comms_retired},
+          {"late_messages_dropped", t.late_messages_dropped},
           {"settings", params_json(s)}};
 }
 
@@ -267,6 +269,12 @@ std::string status_text(const Snapshot& s) {
       "({})\n",
       t.submission_backlog, t.completion_backlog, t.units_in_flight,
       ipc::human_bytes(static_cast<double>(t.bytes_in_flight)));
+  if (t.comms_retired != 0 || t.late_messages_dropped != 0) {
+    out += fmt::format(
+        "left       {} communicator(s) of groups this daemon left kept until quiet, {} late "
+        "message(s) dropped\n",
+        t.comms_retired, t.late_messages_dropped);
+  }
   out += fmt::format("busbw      {}/s last interval, {}/s average\n",
                      ipc::human_bytes(static_cast<double>(t.busbw_last_bps)),
                      ipc::human_bytes(static_cast<double>(t.busbw_ewma_bps)));
