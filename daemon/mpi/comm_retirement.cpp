@@ -48,9 +48,9 @@ bool CommRetirement::drain(Retired& r, uint64_t now_ns) {
   return true;
 }
 
-size_t CommRetirement::tend(uint64_t now_ns) {
+RetiredComms CommRetirement::tend(uint64_t now_ns) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (retired_.empty()) return 0;
+  if (retired_.empty()) return {0, dropped_};
   std::erase_if(retired_, [&](Retired& r) {
     const bool ok = drain(r, now_ns);
     // A communicator retired after `now_ns` was read is not yet quiet either.
@@ -62,7 +62,7 @@ size_t CommRetirement::tend(uint64_t now_ns) {
     MPI_Comm_free(&r.comm);
     return true;
   });
-  return retired_.size();
+  return {retired_.size(), dropped_};
 }
 
 void CommRetirement::free_all() {

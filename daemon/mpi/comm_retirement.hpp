@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "mpi/mpi_common.hpp"
+#include "net/transport.hpp"
 
 namespace nodecomm::daemon {
 
@@ -39,8 +40,8 @@ class CommRetirement {
   // `quiet_ns`. The caller has cancelled or freed its own requests on it.
   void retire(MPI_Comm& comm, uint64_t now_ns, uint64_t quiet_ns);
   // Receives and drops what arrived in the retired communicators, frees the quiet ones.
-  // Returns how many stay retired. Cheap when none are.
-  size_t tend(uint64_t now_ns);
+  // Returns how many stay retired and the late messages dropped so far. Cheap when none are.
+  RetiredComms tend(uint64_t now_ns);
   // Frees every retired communicator now.
   void free_all();
 

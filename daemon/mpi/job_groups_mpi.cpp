@@ -83,11 +83,7 @@ class MpiJobGroups final : public JobGroupFormer {
     return formation->take();
   }
 
-  RetiredComms tend(uint64_t now_ns) override {
-    CommRetirement& r = runtime_->retirement();
-    const size_t retired = r.tend(now_ns);
-    return {retired, r.dropped()};
-  }
+  RetiredComms tend(uint64_t now_ns) override { return runtime_->retirement().tend(now_ns); }
 
   void cancel(uint64_t id) override {
     auto it = running_.find(id);

@@ -104,11 +104,7 @@ class MpiTransport final : public Transport {
     timeout_ns_ = timeout_ns;
     return liveness_->check(now_ns, interval_ns, timeout_ns);
   }
-  RetiredComms tend(uint64_t now_ns) override {
-    CommRetirement& r = runtime_->retirement();
-    const size_t retired = r.tend(now_ns);
-    return {retired, r.dropped()};
-  }
+  RetiredComms tend(uint64_t now_ns) override { return runtime_->retirement().tend(now_ns); }
 
   // NativeCollectives. Counts beyond MPI's int go as several calls where the operation allows
   // it (reductions: nonblocking collectives on one communicator match in start order on every

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   // 4. A freed once quiet, then C.
   if (rank == 1 && !plain_free && wrong.empty()) {
     const uint64_t give_up = monotonic_ns() + 10 * kQuietNs;
-    while (retirement.tend(monotonic_ns()) > 0 && monotonic_ns() < give_up) {
+    while (retirement.tend(monotonic_ns()).retired > 0 && monotonic_ns() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (retirement.retired() != 0) {
