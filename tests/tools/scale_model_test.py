@@ -309,7 +309,7 @@ class Calibration(unittest.TestCase):
         class Fake:
             last_launches = {}
 
-            def collective(self, nodes, ranks, rate, op, sizes, compress):
+            def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
                 self.last_launches = {s: [1e-3, 2e-3, 3e-3] for s in sizes}
                 return [(s, 2e-3) for s in sizes]
 
@@ -321,12 +321,16 @@ class Calibration(unittest.TestCase):
 
     def test_a_checks_runs_of_a_point_are_spread_over_passes(self):
         # Each pass visits every layout once, so a point's runs lie minutes apart.
+        # Within a pass, the small sizes' launches go round the layouts small_reps times, one
+        # launch each, and the large sizes' and the steps follow, one launch per layout.
         class Fake:
+            small_reps = 2
+
             def __init__(self):
                 self.calls = []
 
-            def collective(self, nodes, ranks, rate, op, sizes, compress):
-                self.calls.append((nodes, op))
+            def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
+                self.calls.append((nodes, op, tuple(sizes), reps))
                 return [(s, len(self.calls) * 1e-3) for s in sizes]
 
             def workload(self, nodes, ranks, rate, name, scale):
@@ -334,19 +338,26 @@ class Calibration(unittest.TestCase):
                 return {'t_compute': 0.1, 't_comm': 0.2, 't_step': 0.3 + len(self.calls)}
 
         a = cli.argparse.Namespace(rates=['1gbit'], nodes=[2, 4], ranks=[1], ops=['allreduce'],
-                                   compress=[], sizes=[8], workloads=['resnet50'], reps=3)
+                                   compress=[], sizes=[8, MIB], workloads=['resnet50'], reps=3)
         r = Fake()
         rows = cli.measure_check_rows(a, r)
-        self.assertEqual(r.calls, [(2, 'allreduce'), (2, 'resnet50'), (4, 'allreduce'),
-                                   (4, 'resnet50')] * 3)
-        self.assertEqual([row['what'] for row in rows], ['allreduce 8', 'resnet50 step'] * 2)
-        self.assertEqual(rows[2]['runs_s'], [3e-3, 7e-3, 11e-3])
-        self.assertEqual(rows[2]['measured_s'], 7e-3)
-        self.assertEqual(rows[1]['measured_s'], 6.3)
+        small = [(2, 'allreduce', (8,), 1), (4, 'allreduce', (8,), 1)]
+        self.assertEqual(r.calls, (small * 2 + [(2, 'allreduce', (MIB,), None),
+                                                (4, 'allreduce', (MIB,), None),
+                                                (2, 'resnet50'), (4, 'resnet50')]) * 3)
+        self.assertEqual([row['what'] for row in rows],
+                         ['allreduce 8', f'allreduce {MIB}', 'resnet50 step'] * 2)
+        # 4 x 1's 8 bytes: launches 2 and 4 of each pass of 8 calls; its run is their median.
+        self.assertEqual([[round(x, 6) for x in run] for run in rows[3]['launches_s']],
+                         [[2e-3, 4e-3], [10e-3, 12e-3], [18e-3, 20e-3]])
+        self.assertEqual([round(x, 6) for x in rows[3]['runs_s']], [3e-3, 11e-3, 19e-3])
+        self.assertEqual(rows[3]['measured_s'], 11e-3)
+        self.assertEqual(rows[4]['runs_s'], [6e-3, 14e-3, 22e-3])
+        self.assertEqual(rows[2]['measured_s'], 15.3)
 
     def test_a_checks_rows_carry_the_hosts_steal_per_run(self):
         class Fake:
-            def collective(self, nodes, ranks, rate, op, sizes, compress):
+            def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
                 return [(s, 1e-3) for s in sizes]
 
             def workload(self, nodes, ranks, rate, name, scale):
@@ -414,11 +425,11 @@ class Calibration(unittest.TestCase):
             def __init__(self, *args, **kwargs):
                 self.last_launches = {}
 
-            def allreduce(self, nodes, ranks, rate, sizes):
+            def allreduce(self, nodes, ranks, rate, sizes, reps=None):
                 calls.append(('cal', nodes, ranks, rate))
                 return [(s, 1e-3 * len(calls)) for s in sizes]
 
-            def collective(self, nodes, ranks, rate, op, sizes, compress):
+            def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
                 calls.append(('check', nodes, ranks, rate))
                 return [(s, 1e-3) for s in sizes]
 
@@ -438,7 +449,9 @@ class Calibration(unittest.TestCase):
                           '--workloads', '', '--reps', '2', '--out', out])
             with open(out) as f:
                 self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
-        one_pass = [('cal', n, r, '1gbit') for n, r in cli.CAL_LAYOUTS] + \
+        # The calibration's small sizes round its layouts first (one round: the fake's runner
+        # has no small_reps), then its large ones, then the check's layout.
+        one_pass = [('cal', n, r, '1gbit') for n, r in cli.CAL_LAYOUTS] * 2 + \
             [('check', 2, 1, '500mbit')]
         self.assertEqual(calls, one_pass * 2)
         self.assertEqual(len(fitted), 1)
@@ -446,10 +459,10 @@ class Calibration(unittest.TestCase):
         points = fitted[0][1]
         self.assertEqual(len(points), len(cli.CAL_LAYOUTS) * len(cli.CAL_SIZES))
         # Each point the median of its two passes: the first pass's call i and the second's
-        # call i + 10 (9 calibration layouts and the check's one between them).
+        # call i + 19 (the calibration's 18 calls and the check's one between them).
         first = points[0]
         self.assertEqual(first[:4], [8, 1, 1, 125e6])
-        self.assertAlmostEqual(first[4], (1e-3 + 11e-3) / 2)
+        self.assertAlmostEqual(first[4], (1e-3 + 20e-3) / 2)
 
     def test_steal_is_read_from_the_cpu_line(self):
         with tempfile.NamedTemporaryFile('w', suffix='.stat') as f:

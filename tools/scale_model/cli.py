@@ -41,9 +41,13 @@ CAL_LAYOUTS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1), (4, 2), (8, 1), (
 
 
 def calibration_pass(runner, rate, runs):
-    """One pass over CAL_LAYOUTS, each over CAL_SIZES: each point's run appended to `runs`."""
-    for nodes, ranks in CAL_LAYOUTS:
-        for size, sec in runner.allreduce(nodes, ranks, rate, CAL_SIZES):
+    """One pass over CAL_LAYOUTS, each over CAL_SIZES, the launches interleaved
+    (measure.interleaved_pass): each point's run appended to `runs`."""
+    measured = measure.interleaved_pass(
+        runner, CAL_LAYOUTS, CAL_SIZES,
+        lambda layout, sizes, reps: runner.allreduce(*layout, rate, sizes, reps=reps))
+    for (nodes, ranks), (sized, _, _) in measured.items():
+        for size, sec in sized:
             runs.setdefault((nodes, ranks, size), []).append(sec)
 
 
@@ -254,7 +258,8 @@ def measure_check_rows(a, runner, before_pass=None):
     the passes; `before_pass(rep)` first in each (check --calibrate's calibration pass). Small
     operations on this shared machine drift by a third over minutes (6 x 1 16 KiB: 444 us as
     the median of 9 launches, 652-684 us five minutes later), so a point's runs are spread over
-    the whole check rather than taken back to back."""
+    the whole check rather than taken back to back, and within a pass the launches of its
+    small sizes over the pass (measure.interleaved_pass)."""
     layouts = [(rate, nodes, ranks) for rate in a.rates for nodes in a.nodes
                for ranks in a.ranks]
     paths = check_paths(a)
@@ -263,21 +268,22 @@ def measure_check_rows(a, runner, before_pass=None):
     sizes, steps = {}, {}  # each point's runs, one per pass
     steal = {}  # the host's steal during each run (measure.cpu_jiffies)
     launches = {}  # each run's launches, where the runner keeps them (Runner.last_launches)
+    keys = [(layout, op, compress) for layout in layouts for op, compress in paths]
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
         if before_pass:
             before_pass(rep)
+        measured = measure.interleaved_pass(
+            runner, keys, a.sizes,
+            lambda key, group, reps: runner.collective(key[0][1], key[0][2], key[0][0], key[1],
+                                                       group, key[2], reps=reps))
+        for key, (runs, kept, stolen) in measured.items():
+            for size, sec in runs:
+                sizes.setdefault(key + (size,), []).append(sec)
+                steal.setdefault(key + (size,), []).append(stolen)
+                launches.setdefault(key + (size,), []).append(kept.get(size, [sec]))
         for layout in layouts:
             rate, nodes, ranks = layout
-            for op, compress in paths:
-                runs, stolen = measure.with_steal(
-                    lambda: runner.collective(nodes, ranks, rate, op, a.sizes, compress))
-                kept = getattr(runner, 'last_launches', {})
-                for size, sec in runs:
-                    sizes.setdefault((layout, op, compress, size), []).append(sec)
-                    steal.setdefault((layout, op, compress, size), []).append(stolen)
-                    launches.setdefault((layout, op, compress, size), []).append(
-                        kept.get(size, [sec]))
             for name, scale in workloads:
                 step, stolen = measure.with_steal(
                     lambda: runner.workload(nodes, ranks, rate, name, scale))

@@ -98,16 +98,16 @@ class Runner:
             with open(out) as f:
                 return [json.loads(line) for line in f if line.strip()]
 
-    def _sized(self, nodes, ranks, rate, args, sizes, iters=None, daemon_args=()):
-        """[(size, seconds)] in the order of `sizes`: the small ones in steady launches (see
-        STEADY_BYTES, SMALL_REPS) unless `iters` is given, the rest with the bench's default
-        counts in one launch."""
+    def _sized(self, nodes, ranks, rate, args, sizes, iters=None, daemon_args=(), reps=None):
+        """[(size, seconds)] in the order of `sizes`: the small ones in `reps` (small_reps)
+        steady launches (see STEADY_BYTES, SMALL_REPS) unless `iters` is given, the rest with
+        the bench's default counts in one launch."""
         if iters:
             groups = [(sizes, ['--iters', str(iters)], 1)]
         else:
             groups = [([s for s in sizes if s < STEADY_BYTES],
                        ['--iters', str(STEADY_ITERS), '--warmup', str(STEADY_WARMUP)],
-                       self.small_reps),
+                       self.small_reps if reps is None else reps),
                       ([s for s in sizes if s >= STEADY_BYTES], [], 1)]
         self.last_launches = {}
         for group, counts, reps in groups:
@@ -123,21 +123,56 @@ class Runner:
             self.last_launches.update(runs)
         return [(s, statistics.median(self.last_launches[s])) for s in sizes]
 
-    def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none'):
+    def allreduce(self, nodes, ranks, rate, sizes, iters=None, daemon_args=(), compress='none',
+                  reps=None):
         """[(size, seconds per allreduce)] on nodes x ranks."""
         args = ['--op', 'allreduce']
         if compress != 'none':
             args += ['--compress', compress]
-        return self._sized(nodes, ranks, rate, args, sizes, iters, daemon_args)
+        return self._sized(nodes, ranks, rate, args, sizes, iters, daemon_args, reps)
 
-    def collective(self, nodes, ranks, rate, op, sizes, compress='none'):
+    def collective(self, nodes, ranks, rate, op, sizes, compress='none', reps=None):
         """[(size, seconds per operation)]: `size` the whole vector, as nodecomm-bench's."""
         if op == 'allreduce':
-            return self.allreduce(nodes, ranks, rate, sizes, compress=compress)
-        return self._sized(nodes, ranks, rate, ['--op', op], sizes)
+            return self.allreduce(nodes, ranks, rate, sizes, compress=compress, reps=reps)
+        return self._sized(nodes, ranks, rate, ['--op', op], sizes, reps=reps)
 
     def workload(self, nodes, ranks, rate, workload, scale, steps=3):
         args = ['--workload', workload, '--scale', repr(scale), '--steps', str(steps),
                 '--warmup', '1']
         rec = self._run(nodes, ranks, rate, args)[-1]
         return {k: rec[k] / 1e3 for k in ('t_compute', 't_comm', 't_step')}
+
+
+def interleaved_pass(runner, keys, sizes, launch):
+    """One pass over `keys` (a check's layouts and paths, a calibration's layouts), each over
+    `sizes`: `launch(key, sizes, reps)` measures one key like Runner.collective. The small sizes
+    (below STEADY_BYTES) go in runner.small_reps rounds of one launch per key, the larger ones
+    in one launch per key after them. A small operation's launches taken back to back agree
+    with each other more than with launches minutes apart (the checks of 2026-12-06 and -07:
+    the medians of a point's 5 back-to-back launches lay 0.07-0.12 apart in log time from pass
+    to pass, where independent launches would give 0.05-0.06), so each key's launches are
+    spread over the pass. Returns {key: ([(size, seconds)] in the order of `sizes`, each small
+    size the median of its launches; {size: [launch seconds]}; the host's steal over the key's
+    launches, their mean, or None)}."""
+    small = [s for s in sizes if s < STEADY_BYTES]
+    large = [s for s in sizes if s >= STEADY_BYTES]
+    launches = {key: {} for key in keys}
+    steals = {key: [] for key in keys}
+
+    def one(key, group, reps):
+        runs, stolen = with_steal(lambda: launch(key, group, reps))
+        kept = getattr(runner, 'last_launches', {})
+        for size, sec in runs:
+            launches[key].setdefault(size, []).extend(kept.get(size, [sec]))
+        if stolen is not None:
+            steals[key].append(stolen)
+
+    for _ in range(getattr(runner, 'small_reps', 1) if small else 0):
+        for key in keys:
+            one(key, small, 1)
+    for key in keys:
+        if large:
+            one(key, large, None)
+    return {key: ([(s, statistics.median(launches[key][s])) for s in sizes], launches[key],
+                  statistics.mean(steals[key]) if steals[key] else None) for key in keys}
