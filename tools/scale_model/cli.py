@@ -269,14 +269,16 @@ def measure_check_rows(a, runner, before_pass=None):
     steal = {}  # the host's steal during each run (measure.cpu_jiffies)
     launches = {}  # each run's launches, where the runner keeps them (Runner.last_launches)
     keys = [(layout, op, compress) for layout in layouts for op, compress in paths]
+
+    def launch(key, group, reps):
+        (rate, nodes, ranks), op, compress = key
+        return runner.collective(nodes, ranks, rate, op, group, compress, reps=reps)
+
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}", flush=True)
         if before_pass:
             before_pass(rep)
-        measured = measure.interleaved_pass(
-            runner, keys, a.sizes,
-            lambda key, group, reps: runner.collective(key[0][1], key[0][2], key[0][0], key[1],
-                                                       group, key[2], reps=reps))
+        measured = measure.interleaved_pass(runner, keys, a.sizes, launch)
         for key, (runs, kept, stolen) in measured.items():
             for size, sec in runs:
                 sizes.setdefault(key + (size,), []).append(sec)

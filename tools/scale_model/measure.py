@@ -150,9 +150,9 @@ def interleaved_pass(runner, keys, sizes, launch):
     (below STEADY_BYTES) go in runner.small_reps rounds of one launch per key, the larger ones
     in one launch per key after them. A small operation's launches taken back to back agree
     with each other more than with launches minutes apart (the checks of 2026-12-06 and -07:
-    the medians of a point's 5 back-to-back launches lay 0.07-0.12 apart in log time from pass
-    to pass, where independent launches would give 0.05-0.06), so each key's launches are
-    spread over the pass. Returns {key: ([(size, seconds)] in the order of `sizes`, each small
+    the means of a point's 5 back-to-back launches varied by 0.07-0.12 in log time from pass
+    to pass, where independent launches would give 0.05-0.06; spread over the pass, 0.059
+    against 0.065), so each key's launches are spread over the pass. Returns {key: ([(size, seconds)] in the order of `sizes`, each small
     size the median of its launches; {size: [launch seconds]}; the host's steal over the key's
     launches, their mean, or None)}."""
     small = [s for s in sizes if s < STEADY_BYTES]
