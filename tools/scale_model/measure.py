@@ -110,11 +110,11 @@ class Runner:
                        self.small_reps if reps is None else reps),
                       ([s for s in sizes if s >= STEADY_BYTES], [], 1)]
         self.last_launches = {}
-        for group, counts, reps in groups:
+        for group, counts, launches in groups:
             if not group:
                 continue
             runs = {}
-            for _ in range(reps):
+            for _ in range(launches):
                 recs = self._run(nodes, ranks, rate,
                                  args + ['--sizes', ','.join(str(s) for s in group)] + counts,
                                  daemon_args)
