@@ -98,6 +98,7 @@ const std::vector<std::string>& settable_keys() {
                                                 "sched-target-us",
                                                 "sched-hold-us",
                                                 "sched-hold-max-nodes",
+                                                "sched-hold-stream-us",
                                                 "sched-urgent-target-us",
                                                 "sched-eager-bytes",
                                                 "sched-gather-nodes",
@@ -263,6 +264,10 @@ std::string Daemon::apply_setting(const std::string& key, const std::string& val
   } else if (key == "sched-hold-max-nodes") {
     old = std::to_string(config_.sched.hold_max_nodes);
     config_.sched.hold_max_nodes = parse_uint(key, value, 0, 1u << 20);
+    apply_sched();
+  } else if (key == "sched-hold-stream-us") {
+    old = std::to_string(config_.sched.hold_stream_us);
+    config_.sched.hold_stream_us = parse_uint(key, value, 0, 10'000'000);
     apply_sched();
   } else if (key == "sched-urgent-target-us") {
     old = std::to_string(config_.sched.urgent_target_us);

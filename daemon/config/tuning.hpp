@@ -92,6 +92,11 @@ inline constexpr uint32_t kDefaultGatherNodes = 8;
 // 35 % at 64 and several times the step at 1024 (docs/SCALING.md, "Holding for urgent
 // operations, priced"; `scale-model switch --steps` derives it).
 inline constexpr uint32_t kHoldMaxNodes = 32;
+// --sched-hold-stream-us: a more urgent operation arriving while units are held for another
+// suspends holding until this long passes without a newer one (SchedulerTuning::hold_stream_us).
+// The window's own target delay: a hold saves the urgent operation at most that much queue, and
+// within it the next arrival supersedes the hold. tools/scale_model mirrors it (workload.py).
+inline constexpr uint32_t kHoldStreamUs = 2000;
 
 struct SchedulerTuning {
   proto::PriorityPolicy policy = proto::PriorityPolicy::kDirect;
@@ -116,6 +121,12 @@ struct SchedulerTuning {
   uint32_t hold_us = 10000;
   // Communicators over more nodes than this never hold (kHoldMaxNodes). 0: never hold.
   uint32_t hold_max_nodes = kHoldMaxNodes;
+  // A more urgent operation arriving while units are held for another starts a stream (a
+  // training step's gradients, each more urgent than the last): nothing is held until this
+  // long has passed without a newer more urgent one, and then only for the most urgent. Each
+  // hold leaves the links idle while the urgent operation's message steps run, and in a
+  // stream the next arrival supersedes the hold before it has paid. 0: hold for every one.
+  uint32_t hold_stream_us = kHoldStreamUs;
   // Urgent mode, for a second after a communicator held units for a more urgent operation: the
   // auto window's target is adapted between this and target_delay_us, shrinking while the link
   // stays as busy with less queued and growing when it slows, so a job that uses priorities

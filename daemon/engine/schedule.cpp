@@ -48,6 +48,7 @@ void CommSchedule::record_round(uint64_t now) {
 
 void CommSchedule::record_holds(bool held, uint64_t now) {
   if (held) last_hold_ns = now;
+  holding = held;
   urgent_mode = last_hold_ns != 0 && now - last_hold_ns < kUrgentModeNs;
 }
 

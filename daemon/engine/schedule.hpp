@@ -74,6 +74,11 @@ struct CommSchedule {
   // kUrgentModeNs the window aims at urgent_target_us, if set.
   uint64_t last_hold_ns = 0;
   bool urgent_mode = false;
+  // The last pass held units (record_holds); the most urgent operation's urgency then, and
+  // until when a stream of rising urgencies suspends holding (SchedulerTuning::hold_stream_us).
+  bool holding = false;
+  std::optional<int64_t> urgent_seen;
+  uint64_t stream_until_ns = 0;
   // Urgent mode's target (us), adapted between urgent_target_us and target_delay_us: smaller
   // while the link completes as fast with less queued, larger when it slows (0: not yet set).
   double urgent_target = 0;

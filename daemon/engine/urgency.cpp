@@ -28,7 +28,7 @@ std::optional<int64_t> most_urgent(Communicator& comm, const SchedulerTuning& tu
   for (const auto& [seq, op] : comm.ops()) {
     if (is_comm_management(op)) continue;
     if (op.phase != Operation::Phase::kReady && op.phase != Operation::Phase::kInterNode) continue;
-    if (op.scheduled_elems == 0 && now > op.last_arrival_ns + uint64_t{tuning.hold_us} * 1000) {
+    if (now > op.last_arrival_ns + uint64_t{tuning.hold_us} * 1000) {
       continue;
     }
     raise(most, urgency(op, tuning.policy));
@@ -54,8 +54,16 @@ std::vector<bool> units_to_hold(Communicator& comm, const SchedulerTuning& tunin
     return {};
   }
   const std::optional<int64_t> urgent = most_urgent(comm, tuning, now);
-  if (!urgent) return {};
-  const auto& units = comm.schedule.units;
+  CommSchedule& sched = comm.schedule;
+  // A newer, more urgent operation while holding (or within a stream) supersedes the hold
+  // before the links have drained for it: in a stream no hold pays for the links it idles.
+  const bool rising = urgent && sched.urgent_seen && *urgent > *sched.urgent_seen;
+  if (tuning.hold_stream_us != 0 && rising && (sched.holding || now < sched.stream_until_ns)) {
+    sched.stream_until_ns = now + uint64_t{tuning.hold_stream_us} * 1000;
+  }
+  sched.urgent_seen = urgent;
+  if (!urgent || now < sched.stream_until_ns) return {};
+  const auto& units = sched.units;
   std::vector<bool> less_urgent(units.size(), false);
   // Until the urgent operation has a unit on the network, the oldest less urgent unit keeps
   // going: it keeps the links busy while the urgent operation's round is out, and its

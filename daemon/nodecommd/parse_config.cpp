@@ -307,6 +307,13 @@ void define_settings(CLI::App& app, Vars& v) {
                  "pause")
       ->check(CLI::Range(0u, 1u << 20))
       ->capture_default_str();
+  app.add_option("--sched-hold-stream-us", c.sched.hold_stream_us,
+                 "A more urgent operation arriving while transfers pause for another starts a "
+                 "stream (a training step's gradients): no pause until this long "
+                 "(microseconds) passes without a newer more urgent one, then a pause for the "
+                 "most urgent only; 0: pause for every one")
+      ->check(CLI::Range(0u, 10000000u))
+      ->capture_default_str();
   app.add_option("--sched-urgent-target-us", c.sched.urgent_target_us,
                  "auto window: --sched-target-us for a communicator that has paused transfers "
                  "for a more urgent operation within the last second (microseconds); 0: off")

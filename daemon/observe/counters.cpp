@@ -330,6 +330,7 @@ void CountersPublisher::publish_params(const DaemonConfig& config, bool changed)
   num("sched-target-us", s.target_delay_us);
   num("sched-hold-us", s.hold_us);
   num("sched-hold-max-nodes", s.hold_max_nodes);
+  num("sched-hold-stream-us", s.hold_stream_us);
   num("sched-urgent-target-us", s.urgent_target_us);
   num("sched-eager-bytes", s.eager_bytes);
   num("sched-gather-nodes", s.gather_nodes);

@@ -66,6 +66,7 @@ class Model(unittest.TestCase):
         self.assertEqual(value(r'constexpr uint32_t kDefaultGatherNodes'), t.gather_nodes)
         self.assertEqual(value(r'constexpr uint32_t kLoadedRingMaxNodes'), t.loaded_ring_nodes)
         self.assertEqual(value(r'constexpr uint32_t kHoldMaxNodes'), t.hold_max_nodes)
+        self.assertEqual(value(r'constexpr uint32_t kHoldStreamUs'), t.hold_stream_us)
         algorithms = text[text.index('struct AlgorithmTuning'):]
         text = algorithms[:algorithms.index('};')]
         self.assertEqual(value(r'size_t latency_bytes'), t.latency_bytes)
@@ -500,15 +501,22 @@ class Step(unittest.TestCase):
         # operation's message steps, so the step pays them all; without, they overlap the
         # other operations' bytes. Beyond hold_max_nodes the daemon does not hold.
         # A layer's compute outlasts a round, so each operation is a round's group of its own.
+        # With --sched-hold-stream-us 0 the daemon holds for every one.
         p = model.Params(alpha_m=200e-6)
         layers = [('l%d' % i, 1 << 16, 300.0) for i in range(20)]
-        held = workload.step_times(p, model.Tuning(), layers, 8, 1, RATE)['t_step']
+        every = model.Tuning(hold_stream_us=0)
+        held = workload.step_times(p, every, layers, 8, 1, RATE)['t_step']
         free = workload.step_times(p, model.Tuning(hold_max_nodes=0), layers, 8, 1, RATE)['t_step']
-        steps = 20 * 2 * 7 * p.alpha_m  # each operation's ring on 8 nodes
-        self.assertGreater(held - free, 0.8 * steps)
-        self.assertLess(held - free, 1.2 * steps)
+        one = 2 * 7 * p.alpha_m  # an operation's ring on 8 nodes
+        self.assertGreater(held - free, 0.8 * 20 * one)
+        self.assertLess(held - free, 1.2 * 20 * one)
         beyond = model.Tuning(hold_max_nodes=4)
         self.assertAlmostEqual(workload.step_times(p, beyond, layers, 8, 1, RATE)['t_step'], free)
+        # By default each arrival comes while the hold for the one before lasts: a stream, held
+        # for only at its end, for its last operation.
+        stream = workload.step_times(p, model.Tuning(), layers, 8, 1, RATE)['t_step']
+        self.assertGreater(stream - free, 0.5 * one)
+        self.assertLess(stream - free, 1.2 * one)
 
     def test_the_hold_bound_is_where_holds_cost_a_step_at_most_the_bound(self):
         rows, worst, bound = switch.hold_costs(

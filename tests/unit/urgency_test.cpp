@@ -76,6 +76,38 @@ TEST(Urgency, NoHoldBeyondHoldMaxNodes) {
   EXPECT_TRUE(units_to_hold(two, off, kNow).empty());
 }
 
+// A training step's gradients: each arrives more urgent than the last while the daemon still
+// holds for the one before. No hold until hold_stream_us passes without a newer one, then one
+// for the most urgent; an urgent operation that finds no hold under way is held for at once.
+TEST(Urgency, AStreamOfRisingUrgenciesHoldsOnlyAfterItsLastArrival) {
+  const SchedulerTuning t = direct();
+  const uint64_t stream_ns = uint64_t{t.hold_stream_us} * 1000;
+  Communicator comm = comm_with_urgent(4, true);
+  ASSERT_FALSE(units_to_hold(comm, t, kNow).empty());  // the first one alone: held for at once
+  comm.schedule.record_holds(true, kNow);
+  Submission s{};
+  s.desc.seq = 3;
+  s.desc.count = 1024;
+  s.desc.priority = 9;
+  s.desc.collective = static_cast<uint16_t>(proto::Collective::kAllreduce);
+  s.submitted_ns = kNow;
+  comm.add(0, s).phase = Operation::Phase::kReady;
+  const uint64_t arrival = kNow + 1000;
+  EXPECT_TRUE(units_to_hold(comm, t, arrival).empty());  // a stream: the first hold ends
+  comm.schedule.record_holds(false, arrival);
+  EXPECT_TRUE(units_to_hold(comm, t, arrival + stream_ns - 1).empty());
+  // No newer arrival for hold_stream_us: hold for the most urgent (still within hold_us).
+  EXPECT_FALSE(units_to_hold(comm, t, arrival + stream_ns).empty());
+
+  SchedulerTuning every = t;
+  every.hold_stream_us = 0;
+  Communicator old = comm_with_urgent(4, true);
+  ASSERT_FALSE(units_to_hold(old, every, kNow).empty());
+  old.schedule.record_holds(true, kNow);
+  old.add(0, s).phase = Operation::Phase::kReady;
+  EXPECT_FALSE(units_to_hold(old, every, arrival).empty());
+}
+
 TEST(Urgency, NothingIsHeldWithoutPriorities) {
   SchedulerTuning none;
   none.policy = proto::PriorityPolicy::kNone;

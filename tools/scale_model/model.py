@@ -76,6 +76,11 @@ class Tuning:
     hold_max_nodes: int = 32         # kHoldMaxNodes: a more urgent operation on the network
                                      # holds the less urgent units on up to this many nodes
                                      # (workload.py); 0: never, as --sched-hold-us 0
+    hold_us: int = 10000             # SchedulerTuning::hold_us: a hold lasts at most this long
+                                     # after the urgent operation became ready (workload.py)
+    hold_stream_us: int = 2000       # kHoldStreamUs: an arrival more urgent than the one held
+                                     # for suspends holding until this long passes without a
+                                     # newer one (workload.py); 0: hold for every one
 
 
 @dataclass

@@ -72,6 +72,7 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
     order = sorted(ops, key=lambda o: o['ready'])
     round_end = 0.0
     j = 0
+    groups = []
     while j < len(order):
         start = max(round_end, order[j]['ready'])
         round_end = start + round_s
@@ -79,13 +80,33 @@ def simulate(p, t: Tuning, layers, nodes, ranks, rate, compute=True):
         while j < len(order) and order[j]['ready'] <= start:
             group.append(order[j])
             j += 1
+        groups.append((start, group))
+    # The daemon's holds (daemon/engine/urgency.cpp), group by group: each group's most urgent
+    # operation is held for from its arrival until it completes, at most hold_us after it
+    # became ready. A more urgent arrival while a hold lasts (or within a stream) starts a
+    # stream: no hold until hold_stream_us passes without one, then one for the newest.
+    stream = t.hold_stream_us / 1e6
+    stream_until = holding_until = float('-inf')
+    for g, (start, group) in enumerate(groups):
         tail = max(o['tail'] for o in group)
         lead = max(group, key=lambda x: x['prio'])
         for o in group:
-            o['movable'] = round_end
-            o['tail'] = tail if o is lead and not hold else 0.0
-        if hold:
-            lead['work'] += tail
+            o['movable'] = start + round_s
+            o['tail'] = tail if o is lead else 0.0
+        if not hold:
+            continue
+        if stream and (start < holding_until or start < stream_until):
+            stream_until = start + stream
+        hold_from = max(start, stream_until)
+        # The hold lasts until the next arrival cuts it (a stream), it completes, or hold_us.
+        cut = groups[g + 1][0] if g + 1 < len(groups) else float('inf')
+        end = min(max(lead['movable'], hold_from) + lead['work'] + tail,
+                  lead['ready'] + t.hold_us / 1e6)
+        # The links idle for its steps while it is held: at most its steps' time.
+        idle = min(tail, max(0.0, min(end, cut if stream else end) - hold_from))
+        lead['work'] += idle
+        lead['tail'] = tail - idle
+        holding_until = end if idle > 0 else float('-inf')
     clock = 0.0
     last = 0.0
     pending = sorted(ops, key=lambda o: o['movable'])
