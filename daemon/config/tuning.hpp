@@ -86,12 +86,12 @@ inline constexpr size_t kMaxEagerBytes = 1024;
 // node 0's setting has reached the others.
 inline constexpr uint32_t kDefaultGatherNodes = 8;
 // --sched-hold-max-nodes: holding for an urgent operation leaves the links idle while its own
-// message steps run (2 (N - 1) for the ring), and a training step's priorities rise with every
-// gradient, so every operation's steps are paid in turn. tools/scale-model's projection puts
-// that at most 10 % of a ResNet-50 or BERT-large step on every fabric it models up to 32 nodes,
-// 35 % at 64 and several times the step at 1024 (docs/SCALING.md, "Holding for urgent
-// operations, priced"; `scale-model switch --steps` derives it).
-inline constexpr uint32_t kHoldMaxNodes = 32;
+// message steps run (2 (N - 1) for the ring). tools/scale-model puts what the holds cost a
+// ResNet-50 or BERT-large step (a stream held for at its end, kHoldStreamUs) at most 10 % on
+// every fabric it models up to 128 nodes and 11.6-12 % beyond (docs/SCALING.md, "Holding for
+// urgent operations, priced"; `scale-model switch --steps` derives it). Holding for every
+// operation in turn, as before the streams, cost 35 % at 64 nodes.
+inline constexpr uint32_t kHoldMaxNodes = 128;
 // --sched-hold-stream-us: a more urgent operation arriving while units are held for another
 // suspends holding until this long passes without a newer one (SchedulerTuning::hold_stream_us).
 // The window's own target delay: a hold saves the urgent operation at most that much queue, and

@@ -19,9 +19,10 @@ void raise(std::optional<int64_t>& most, std::optional<int64_t> u) {
   if (u && (!most || *u > *most)) most = u;
 }
 
-// The urgency of the most urgent operation posted here that is not finished: one no round has
-// handed out yet only for hold_us after it became ready here, since the other nodes may post
-// it much later; one being handed out is ready everywhere, and every node holds for it.
+// The urgency of the most urgent operation posted here that is not finished, for hold_us after
+// it became ready here: one no round has handed out yet may be posted much later elsewhere,
+// and one that has waited that long is part of a backlog drained in priority order, where
+// holding for each in turn would pay every operation's message steps one after another.
 std::optional<int64_t> most_urgent(Communicator& comm, const SchedulerTuning& tuning,
                                    uint64_t now) {
   std::optional<int64_t> most;

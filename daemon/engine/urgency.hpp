@@ -14,7 +14,8 @@ namespace nodecomm::daemon {
 
 // One flag per unit of comm.schedule.units, in order: true to hold it this pass. Empty when
 // none is held (nothing more urgent than a unit but the one that goes on, holding off, a
-// poisoned communicator).
+// poisoned communicator, a stream of rising urgencies). Keeps the stream's state in
+// comm.schedule (urgent_seen, stream_until_ns); record_holds must follow each call.
 std::vector<bool> units_to_hold(Communicator& comm, const SchedulerTuning& tuning, uint64_t now);
 
 }  // namespace nodecomm::daemon

@@ -133,11 +133,15 @@ grep -qx "chunk-size = 64K" <<<"$("$CTL" get --instance "$I0")" && pass "get (al
 out=$("$CTL" set small-bytes auto --instance "$I0" 2>&1) && pass "set small-bytes auto: $out" ||
   fail "set small-bytes auto: $out"
 # Holding for urgent operations up to the model's node count (kHoldMaxNodes), settable live.
-[ "$("$CTL" get sched-hold-max-nodes --instance "$I1")" = 32 ] && pass "sched-hold-max-nodes 32 by default" ||
-  fail "sched-hold-max-nodes is not 32 by default"
+[ "$("$CTL" get sched-hold-max-nodes --instance "$I1")" = 128 ] && pass "sched-hold-max-nodes 128 by default" ||
+  fail "sched-hold-max-nodes is not 128 by default"
 "$CTL" set sched-hold-max-nodes 1 --instance "$I0" >/dev/null &&
   [ "$("$CTL" get sched-hold-max-nodes --instance "$I0")" = 1 ] &&
   pass "set sched-hold-max-nodes 1" || fail "set sched-hold-max-nodes"
+[ "$("$CTL" get sched-hold-stream-us --instance "$I1")" = 2000 ] &&
+  "$CTL" set sched-hold-stream-us 0 --instance "$I0" >/dev/null &&
+  [ "$("$CTL" get sched-hold-stream-us --instance "$I0")" = 0 ] &&
+  pass "sched-hold-stream-us 2000 by default, set to 0" || fail "sched-hold-stream-us"
 
 # 3. Refusals and usage errors.
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then

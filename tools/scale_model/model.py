@@ -73,7 +73,7 @@ class Tuning:
     loaded_ring_nodes: int = 8       # kLoadedRingMaxNodes: the ring at every size on a loaded
                                      # link up to this (workload.py)
     target_us: int = 2000            # SchedulerTuning::target_delay_us: the window's link time
-    hold_max_nodes: int = 32         # kHoldMaxNodes: a more urgent operation on the network
+    hold_max_nodes: int = 128        # kHoldMaxNodes: a more urgent operation on the network
                                      # holds the less urgent units on up to this many nodes
                                      # (workload.py); 0: never, as --sched-hold-us 0
     hold_us: int = 10000             # SchedulerTuning::hold_us: a hold lasts at most this long
