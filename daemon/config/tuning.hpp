@@ -116,8 +116,8 @@ struct SchedulerTuning {
   // While an operation ready here is more urgent under the policy than others on the network
   // (higher priority under `direct`, newer under `lifo`), their units do not advance, so the
   // bytes already queued drain and no new ones join them ahead of it: until it completes here,
-  // or for at most this long after it became ready here if no round has handed it out yet
-  // (the other nodes may post it much later). 0: never hold.
+  // at most this long after it became ready here (the other nodes may post it much later, and
+  // one that has waited this long is part of a backlog, not an urgent arrival). 0: never hold.
   uint32_t hold_us = 10000;
   // Communicators over more nodes than this never hold (kHoldMaxNodes). 0: never hold.
   uint32_t hold_max_nodes = kHoldMaxNodes;

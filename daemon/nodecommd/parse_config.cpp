@@ -296,8 +296,8 @@ void define_settings(CLI::App& app, Vars& v) {
   app.add_option("--sched-hold-us", c.sched.hold_us,
                  "While an operation is more urgent than others on the network (higher "
                  "priority, or newer under lifo), their transfers pause so that it does not "
-                 "queue behind them: until it completes, or this long (microseconds) if the "
-                 "other nodes have not posted it yet; 0: never pause")
+                 "queue behind them: until it completes, at most this long (microseconds) "
+                 "after it was posted here; 0: never pause")
       ->check(CLI::Range(0u, 10000000u))
       ->capture_default_str();
   app.add_option("--sched-hold-max-nodes", c.sched.hold_max_nodes,

@@ -5,14 +5,15 @@ a later layer's allreduce overtakes an earlier one's remaining bytes. Rounds adm
 operations one round at a time (fused: one algorithm latency per round's group); an
 operation's fixed costs delay when its bytes may start.
 
-Its algorithm's message steps (the round's group's latency) occupy the link too: the priorities
-rise through a step, so every operation is more urgent than those on the network, and the
-daemon holds their units while it runs (daemon/engine/urgency.cpp): nothing else
+A held operation's message steps (the round's group's latency) occupy the link too: the
+priorities rise through a step, so every operation is more urgent than those on the network,
+and the daemon holds their units while it runs (daemon/engine/urgency.cpp): nothing else
 moves while its steps wait for their messages and their cores. Measured 2026-12-07 on 8 x 2 at
-1 Gbit/s (ResNet-50 at scale 0.25): 580-749 ms a step with the holds, 444-460 with
-`--sched-hold-us=0`; the model with the steps hidden behind other operations' bytes predicted
-458. Without holds (more nodes than Tuning.hold_max_nodes, or it 0) they are hidden: other
-operations' bytes flow meanwhile.
+1 Gbit/s (ResNet-50 at scale 0.25): 580-749 ms a step when every operation was held for in
+turn, 444-460 with `--sched-hold-us=0`. Since, the daemon holds for a stream of rising
+priorities only at its end and for at most hold_us after an operation became ready (453-531 ms
+a step there), and simulate() applies the same rules. Without holds (more nodes than
+Tuning.hold_max_nodes, or it 0) the steps are hidden: other operations' bytes flow meanwhile.
 """
 import subprocess
 
