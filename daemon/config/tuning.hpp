@@ -88,9 +88,9 @@ inline constexpr uint32_t kDefaultGatherNodes = 8;
 // --sched-hold-max-nodes: holding for an urgent operation leaves the links idle while its own
 // message steps run (2 (N - 1) for the ring). tools/scale-model puts what the holds cost a
 // ResNet-50 or BERT-large step (a stream held for at its end, kHoldStreamUs) at most 10 % on
-// every fabric it models up to 128 nodes and 11.6-12 % beyond (docs/SCALING.md, "Holding for
-// urgent operations, priced"; `scale-model switch --steps` derives it). Holding for every
-// operation in turn, as before the streams, cost 35 % at 64 nodes.
+// every fabric it models up to 128 nodes and 11.6-12 % beyond (docs/SCALING.md, "Streams and
+// age"; `scale-model switch --steps` derives it). Holding for every operation in turn, as
+// before the streams, cost 35 % at 64 nodes.
 inline constexpr uint32_t kHoldMaxNodes = 128;
 // --sched-hold-stream-us: a more urgent operation arriving while units are held for another
 // suspends holding until this long passes without a newer one (SchedulerTuning::hold_stream_us).

@@ -67,6 +67,7 @@ class Model(unittest.TestCase):
         self.assertEqual(value(r'constexpr uint32_t kLoadedRingMaxNodes'), t.loaded_ring_nodes)
         self.assertEqual(value(r'constexpr uint32_t kHoldMaxNodes'), t.hold_max_nodes)
         self.assertEqual(value(r'constexpr uint32_t kHoldStreamUs'), t.hold_stream_us)
+        self.assertEqual(value(r'uint32_t hold_us'), t.hold_us)
         algorithms = text[text.index('struct AlgorithmTuning'):]
         text = algorithms[:algorithms.index('};')]
         self.assertEqual(value(r'size_t latency_bytes'), t.latency_bytes)
