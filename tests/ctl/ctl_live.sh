@@ -133,7 +133,8 @@ grep -qx "chunk-size = 64K" <<<"$("$CTL" get --instance "$I0")" && pass "get (al
 out=$("$CTL" set small-bytes auto --instance "$I0" 2>&1) && pass "set small-bytes auto: $out" ||
   fail "set small-bytes auto: $out"
 # Holding for urgent operations up to the model's node count (kHoldMaxNodes), settable live.
-[ "$("$CTL" get sched-hold-max-nodes --instance "$I1")" = 128 ] && pass "sched-hold-max-nodes 128 by default" ||
+[ "$("$CTL" get sched-hold-max-nodes --instance "$I1")" = 128 ] &&
+  pass "sched-hold-max-nodes 128 by default" ||
   fail "sched-hold-max-nodes is not 128 by default"
 "$CTL" set sched-hold-max-nodes 1 --instance "$I0" >/dev/null &&
   [ "$("$CTL" get sched-hold-max-nodes --instance "$I0")" = 1 ] &&

@@ -152,9 +152,9 @@ def interleaved_pass(runner, keys, sizes, launch):
     with each other more than with launches minutes apart (the checks of 2026-12-06 and -07:
     the means of a point's 5 back-to-back launches varied by 0.07-0.12 in log time from pass
     to pass, where independent launches would give 0.05-0.06; spread over the pass, 0.059
-    against 0.065), so each key's launches are spread over the pass. Returns {key: ([(size, seconds)] in the order of `sizes`, each small
-    size the median of its launches; {size: [launch seconds]}; the host's steal over the key's
-    launches, their mean, or None)}."""
+    against 0.065), so each key's launches are spread over the pass. Returns {key: ([(size,
+    seconds)] in the order of `sizes`, each small size the median of its launches; {size:
+    [launch seconds]}; the host's steal over the key's launches, their mean, or None)}."""
     small = [s for s in sizes if s < STEADY_BYTES]
     large = [s for s in sizes if s >= STEADY_BYTES]
     launches = {key: {} for key in keys}
