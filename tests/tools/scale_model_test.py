@@ -3,7 +3,6 @@ recovers known parameters from times they generate, the paths match the daemon's
 points, and the step simulation behaves as a step does."""
 import io
 import json
-import math
 import os
 import re
 import sys
@@ -357,6 +356,39 @@ class Calibration(unittest.TestCase):
         self.assertEqual(rows[4]['runs_s'], [6e-3, 14e-3, 22e-3])
         self.assertEqual(rows[2]['measured_s'], 15.3)
 
+    def test_check_calibrate_measures_the_calibration_in_the_checks_rounds(self):
+        # check --calibrate: each round of small launches goes round the check's layouts and
+        # the calibration's, so both see the same minutes; the large launches follow, the
+        # check's first; the calibration's runs go to its own points, one per pass.
+        class Fake:
+            small_reps = 2
+
+            def __init__(self):
+                self.calls = []
+
+            def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
+                self.calls.append(('check', nodes, tuple(sizes)))
+                return [(s, 1e-3) for s in sizes]
+
+            def allreduce(self, nodes, ranks, rate, sizes, reps=None):
+                self.calls.append(('cal', nodes, tuple(sizes)))
+                return [(s, len(self.calls) * 1e-3) for s in sizes]
+
+        a = cli.argparse.Namespace(rates=['1gbit'], nodes=[2], ranks=[1], ops=['allreduce'],
+                                   compress=[], sizes=[8, MIB], workloads=[], reps=2)
+        runs = {}
+        r = Fake()
+        with mock.patch.object(cli, 'CAL_LAYOUTS', ((1, 1), (2, 1))), \
+                mock.patch.object(cli, 'CAL_SIZES', (8, MIB)), \
+                mock.patch('sys.stdout', new=io.StringIO()):
+            cli.measure_check_rows(a, r, cli.calibration_job(r, '1gbit', runs))
+        small = [('check', 2, (8,)), ('cal', 1, (8,)), ('cal', 2, (8,))]
+        large = [('check', 2, (MIB,)), ('cal', 1, (MIB,)), ('cal', 2, (MIB,))]
+        self.assertEqual(r.calls, (small * 2 + large) * 2)
+        # 2 x 1's 8 bytes: launches 3 and 6 of the first pass, 12 and 15 of the second.
+        self.assertEqual([round(x, 6) for x in runs[(2, 1, 8)]], [4.5e-3, 13.5e-3])
+        self.assertEqual([round(x, 6) for x in runs[(1, 1, MIB)]], [8e-3, 17e-3])
+
     def test_a_checks_rows_carry_the_hosts_steal_per_run(self):
         class Fake:
             def collective(self, nodes, ranks, rate, op, sizes, compress, reps=None):
@@ -419,7 +451,7 @@ class Calibration(unittest.TestCase):
                 self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
 
     def test_check_calibrate_alternates_its_passes_with_the_checks(self):
-        # Measured, --calibrate runs a calibration pass at the start of each of the check's
+        # Measured, --calibrate measures a pass of the calibration in each of the check's
         # passes, and fits on the calibration's points alone.
         calls, fitted = [], []
 
@@ -451,20 +483,21 @@ class Calibration(unittest.TestCase):
                           '--workloads', '', '--reps', '2', '--out', out])
             with open(out) as f:
                 self.assertEqual(json.load(f)['params']['alpha_r'], 7e-6)
-        # The calibration's small sizes round its layouts first (one round: the fake's runner
-        # has no small_reps), then its large ones, then the check's layout.
-        one_pass = [('cal', n, r, '1gbit') for n, r in cli.CAL_LAYOUTS] * 2 + \
-            [('check', 2, 1, '500mbit')]
+        # One round of small launches (the fake's runner has no small_reps) goes round the
+        # check's layout and the calibration's; the calibration's large sizes follow (the
+        # check has none here).
+        one_pass = [('check', 2, 1, '500mbit')] + \
+            [('cal', n, r, '1gbit') for n, r in cli.CAL_LAYOUTS] * 2
         self.assertEqual(calls, one_pass * 2)
         self.assertEqual(len(fitted), 1)
         self.assertEqual(fitted[0][0], cal)
         points = fitted[0][1]
         self.assertEqual(len(points), len(cli.CAL_LAYOUTS) * len(cli.CAL_SIZES))
         # Each point the median of its two passes: the first pass's call i and the second's
-        # call i + 19 (the calibration's 18 calls and the check's one between them).
+        # call i + 19 (the calibration's 18 calls and the check's one in each pass).
         first = points[0]
         self.assertEqual(first[:4], [8, 1, 1, 125e6])
-        self.assertAlmostEqual(first[4], (1e-3 + 20e-3) / 2)
+        self.assertAlmostEqual(first[4], (2e-3 + 21e-3) / 2)
 
     def test_steal_is_read_from_the_cpu_line(self):
         with tempfile.NamedTemporaryFile('w', suffix='.stat') as f:

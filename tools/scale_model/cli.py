@@ -40,15 +40,25 @@ def load_params(path):
 CAL_LAYOUTS = ((1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (4, 1), (4, 2), (8, 1), (8, 2))
 
 
+def calibration_job(runner, rate, runs):
+    """A pass of the calibration as a measure.interleaved_jobs job, with what takes its result:
+    (keys, sizes, launch, collect), CAL_LAYOUTS each over CAL_SIZES; collect appends each
+    point's run to `runs`."""
+    def collect(measured):
+        for (nodes, ranks), (sized, _, _) in measured.items():
+            for size, sec in sized:
+                runs.setdefault((nodes, ranks, size), []).append(sec)
+
+    return (CAL_LAYOUTS, CAL_SIZES,
+            lambda layout, sizes, reps: runner.allreduce(*layout, rate, sizes, reps=reps),
+            collect)
+
+
 def calibration_pass(runner, rate, runs):
     """One pass over CAL_LAYOUTS, each over CAL_SIZES, the launches interleaved
     (measure.interleaved_pass): each point's run appended to `runs`."""
-    measured = measure.interleaved_pass(
-        runner, CAL_LAYOUTS, CAL_SIZES,
-        lambda layout, sizes, reps: runner.allreduce(*layout, rate, sizes, reps=reps))
-    for (nodes, ranks), (sized, _, _) in measured.items():
-        for size, sec in sized:
-            runs.setdefault((nodes, ranks, size), []).append(sec)
+    keys, sizes, launch, collect = calibration_job(runner, rate, runs)
+    collect(measure.interleaved_pass(runner, keys, sizes, launch))
 
 
 def calibration_points(runner, rate, reps=1):
@@ -253,13 +263,14 @@ def check_paths(a):
     return paths
 
 
-def measure_check_rows(a, runner, before_pass=None):
+def measure_check_rows(a, runner, also=None):
     """The check's measurements: --reps passes over every layout, each point's median over
-    the passes; `before_pass(rep)` first in each (check --calibrate's calibration pass). Small
-    operations on this shared machine drift by a third over minutes (6 x 1 16 KiB: 444 us as
-    the median of 9 launches, 652-684 us five minutes later), so a point's runs are spread over
-    the whole check rather than taken back to back, and within a pass the launches of its
-    small sizes over the pass (measure.interleaved_pass)."""
+    the passes; `also`, a (keys, sizes, launch, collect) job (calibration_job), is measured in
+    each pass together with the check's allreduces and `collect` given its result (check
+    --calibrate). Small operations on this shared machine drift by a third over minutes (6 x 1
+    16 KiB: 444 us as the median of 9 launches, 652-684 us five minutes later), so a point's
+    runs are spread over the whole check rather than taken back to back, and within a pass the
+    launches of its small sizes over the pass (measure.interleaved_jobs)."""
     layouts = [(rate, nodes, ranks) for rate in a.rates for nodes in a.nodes
                for ranks in a.ranks]
     paths = check_paths(a)
@@ -275,10 +286,13 @@ def measure_check_rows(a, runner, before_pass=None):
         return runner.collective(nodes, ranks, rate, op, group, compress, reps=reps)
 
     for rep in range(a.reps):
-        print(f"# pass {rep + 1} of {a.reps}", flush=True)
-        if before_pass:
-            before_pass(rep)
-        measured = measure.interleaved_pass(runner, keys, a.sizes, launch)
+        print(f"# pass {rep + 1} of {a.reps}" +
+              (", with a pass of the calibration" if also else ""), flush=True)
+        jobs = [(keys, a.sizes, launch)] + ([also[:3]] if also else [])
+        results = measure.interleaved_jobs(runner, jobs)
+        measured = results[0]
+        if also:
+            also[3](results[1])
         for key, (runs, kept, stolen) in measured.items():
             for size, sec in runs:
                 sizes.setdefault(key + (size,), []).append(sec)
@@ -328,19 +342,17 @@ def calibrate_from(a, points=None):
 
 
 def measure_calibrated(a, runner):
-    """(params, rows) of `check --calibrate`: each of the check's passes starts with a pass of
-    the calibration, and the fit sees only the calibration's points. On this shared host the
+    """(params, rows) of `check --calibrate`: each of the check's passes measures a pass of the
+    calibration too, its small launches in the same rounds as the check's (measure.
+    interleaved_jobs), and the fit sees only the calibration's points. On this shared host the
     small operations' latencies drift by a third over an hour (the 19:08 calibration of
     2026-12-06 and a check of the same sitting still 8 points beyond 25 %, all measured
-    slower, the later ones more), so calibration and check are measured over the same minutes
-    instead of one after the other."""
+    slower, the later ones more), and within a pass (2026-12-07 21:41, the calibration's pass
+    run before the check's: 8 B on 8 x 2 2.00 ms in the calibration, 1.46 ms in the check), so
+    calibration and check are measured over the same minutes."""
     runs = {}
-
-    def calibration(rep):
-        print(f"# calibration pass {rep + 1} of {a.reps}, at {a.calibrate_rate}", flush=True)
-        calibration_pass(runner, a.calibrate_rate, runs)
-
-    rows = measure_check_rows(a, runner, calibration)
+    print(f"# the calibration at {a.calibrate_rate}, in every pass", flush=True)
+    rows = measure_check_rows(a, runner, calibration_job(runner, a.calibrate_rate, runs))
     return calibrate_from(a, median_points(runs, a.calibrate_rate)), rows
 
 

@@ -155,24 +155,40 @@ def interleaved_pass(runner, keys, sizes, launch):
     against 0.065), so each key's launches are spread over the pass. Returns {key: ([(size,
     seconds)] in the order of `sizes`, each small size the median of its launches; {size:
     [launch seconds]}; the host's steal over the key's launches, their mean, or None)}."""
-    small = [s for s in sizes if s < STEADY_BYTES]
-    large = [s for s in sizes if s >= STEADY_BYTES]
-    launches = {key: {} for key in keys}
-    steals = {key: [] for key in keys}
+    return interleaved_jobs(runner, [(keys, sizes, launch)])[0]
 
-    def one(key, group, reps):
-        runs, stolen = with_steal(lambda: launch(key, group, reps))
+
+def interleaved_jobs(runner, jobs):
+    """interleaved_pass over several (keys, sizes, launch) jobs at once: each round of small
+    launches goes round every job's keys, then every job's large launches follow. check
+    --calibrate measures the calibration's layouts and the check's this way, so both see the
+    same minutes of the host's drift (2026-12-07 21:41: with the calibration's pass run before
+    the check's, its small operations on 8 x 2 ran a third slower than the check's of the same
+    layout minutes later). Returns one interleaved_pass result per job, in order."""
+    launches = [{key: {} for key in keys} for keys, _, _ in jobs]
+    steals = [{key: [] for key in keys} for keys, _, _ in jobs]
+
+    def one(j, key, group, reps):
+        runs, stolen = with_steal(lambda: jobs[j][2](key, group, reps))
         kept = getattr(runner, 'last_launches', {})
         for size, sec in runs:
-            launches[key].setdefault(size, []).extend(kept.get(size, [sec]))
+            launches[j][key].setdefault(size, []).extend(kept.get(size, [sec]))
         if stolen is not None:
-            steals[key].append(stolen)
+            steals[j][key].append(stolen)
 
-    for _ in range(getattr(runner, 'small_reps', 1) if small else 0):
-        for key in keys:
-            one(key, small, 1)
-    for key in keys:
-        if large:
-            one(key, large, None)
-    return {key: ([(s, statistics.median(launches[key][s])) for s in sizes], launches[key],
-                  statistics.mean(steals[key]) if steals[key] else None) for key in keys}
+    def split(sizes):
+        return ([s for s in sizes if s < STEADY_BYTES], [s for s in sizes if s >= STEADY_BYTES])
+
+    rounds = getattr(runner, 'small_reps', 1)
+    for _ in range(rounds):
+        for j, (keys, sizes, _) in enumerate(jobs):
+            small = split(sizes)[0]
+            for key in keys if small else ():
+                one(j, key, small, 1)
+    for j, (keys, sizes, _) in enumerate(jobs):
+        large = split(sizes)[1]
+        for key in keys if large else ():
+            one(j, key, large, None)
+    return [{key: ([(s, statistics.median(launches[j][key][s])) for s in sizes],
+                   launches[j][key], statistics.mean(steals[j][key]) if steals[j][key] else None)
+             for key in keys} for j, (keys, sizes, _) in enumerate(jobs)]
