@@ -14,6 +14,9 @@ class Error(RuntimeError):
     bookkeeping (init/finalize counts) was misused."""
 
 
+Error.__module__ = "mlsl"  # tracebacks name the package's export, not this internal module
+
+
 _H = c_ulonglong  # every handle type of mlsl.h
 _SZ = c_size_t
 _P = POINTER
