@@ -288,11 +288,12 @@ def measure_check_rows(a, runner, also=None):
     for rep in range(a.reps):
         print(f"# pass {rep + 1} of {a.reps}" +
               (", with a pass of the calibration" if also else ""), flush=True)
-        jobs = [(keys, a.sizes, launch)] + ([also[:3]] if also else [])
-        results = measure.interleaved_jobs(runner, jobs)
-        measured = results[0]
         if also:
-            also[3](results[1])
+            *job, collect = also
+            measured, extra = measure.interleaved_jobs(runner, [(keys, a.sizes, launch), job])
+            collect(extra)
+        else:
+            measured = measure.interleaved_pass(runner, keys, a.sizes, launch)
         for key, (runs, kept, stolen) in measured.items():
             for size, sec in runs:
                 sizes.setdefault(key + (size,), []).append(sec)

@@ -176,19 +176,17 @@ def interleaved_jobs(runner, jobs):
         if stolen is not None:
             steals[j][key].append(stolen)
 
-    def split(sizes):
-        return ([s for s in sizes if s < STEADY_BYTES], [s for s in sizes if s >= STEADY_BYTES])
-
-    rounds = getattr(runner, 'small_reps', 1)
-    for _ in range(rounds):
-        for j, (keys, sizes, _) in enumerate(jobs):
-            small = split(sizes)[0]
-            for key in keys if small else ():
-                one(j, key, small, 1)
-    for j, (keys, sizes, _) in enumerate(jobs):
-        large = split(sizes)[1]
-        for key in keys if large else ():
-            one(j, key, large, None)
+    small = [[s for s in sizes if s < STEADY_BYTES] for _, sizes, _ in jobs]
+    large = [[s for s in sizes if s >= STEADY_BYTES] for _, sizes, _ in jobs]
+    for _ in range(getattr(runner, 'small_reps', 1)):
+        for j, (keys, _, _) in enumerate(jobs):
+            if small[j]:
+                for key in keys:
+                    one(j, key, small[j], 1)
+    for j, (keys, _, _) in enumerate(jobs):
+        if large[j]:
+            for key in keys:
+                one(j, key, large[j], None)
     return [{key: ([(s, statistics.median(launches[j][key][s])) for s in sizes],
                    launches[j][key], statistics.mean(steals[j][key]) if steals[j][key] else None)
              for key in keys} for j, (keys, sizes, _) in enumerate(jobs)]
